@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create .venv (once) and install the course into it with the lab, grading and test extras.
+# torch is installed first only when the venv lacks it: the CPU build on a machine without an
+# NVIDIA GPU (the PyTorch CPU index; pip's own find-links serve it where that index is out of
+# reach), the default build otherwise. An existing torch is never replaced.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+VPY=.venv/bin/python
+stamp=.venv/.mlexp-installed
+if ! "$VPY" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    "$VPY" -m pip install "torch>=2.1"
+  else
+    cpu=https://download.pytorch.org/whl/cpu
+    PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu "$VPY" -m pip install --retries 1 --timeout 15 "torch>=2.1"
+  fi
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$VPY" -m pip install -e ".[lab,grade,test]"
+  touch "$stamp"
+fi
