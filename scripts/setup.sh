@@ -14,7 +14,8 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
     "$VPY" -m pip install "torch>=2.1"
   else
     cpu=https://download.pytorch.org/whl/cpu
-    PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu "$VPY" -m pip install --retries 1 --timeout 15 "torch>=2.1"
+    # torch alone from the CPU index; its small dependencies come with the package below.
+    PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu "$VPY" -m pip install --no-deps --retries 1 --timeout 15 "torch>=2.1"
   fi
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
