@@ -1,0 +1,231 @@
+"""Delta-rule ops (DeltaNet, Gated DeltaNet): a recurrent loop and the chunkwise WY/UT form."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["delta_rule", "gated_delta_rule", "KEY_NORM_TOL"]
+
+IMPLS = ("recurrent", "chunk", "triton")
+
+# How far |k_t| may stray from 1 before the keys count as "not L2-normalised", per input dtype.
+# A unit vector rounded to bf16 keeps its norm within about 4e-3 of 1, hence the looser 16-bit bound.
+KEY_NORM_TOL = {torch.float64: 1e-3, torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def delta_rule(q, k, v, beta, *, initial_state=None, impl=None, chunk_size=64, scale=None,
+               normalize_qk=False):
+    """DeltaNet: S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, o_t = S_t^T q_t.
+
+    Each token first reads what the state holds for its key (S^T k) and then writes only the
+    error beta (v - S^T k): one step of online least squares (Schlag et al. 2021, "Linear
+    Transformers Are Secretly Fast Weight Programmers"; chunkwise training form from Yang et al.
+    2024, "Parallelizing Linear Transformers with the Delta Rule over Sequence Length").
+
+    Args:
+        q, k: (B, H, T, Dk) queries and keys; keys must be L2-normalised along Dk (|k| within
+            ``KEY_NORM_TOL[dtype]`` of 1: 1e-3 for fp32/fp64, 1e-2 for fp16/bf16) unless
+            ``normalize_qk=True``, which L2-normalises q and k here.
+        v: (B, H, T, Dv) values.
+        beta: (B, H, T) write strength, in [0, 2] (usually a sigmoid, in [0, 1]).
+        initial_state: optional (B, H, Dk, Dv) state S_0 (write convention: S = sum k v^T).
+        impl: "recurrent" (the readable loop, the test oracle), "chunk" (chunkwise PyTorch,
+            autograd works) or "triton" (Triton forward kernel, backward recomputed through the
+            chunkwise path). None picks "triton" for CUDA tensors when triton imports and the
+            dtype is not float64, else "chunk".
+        chunk_size: tokens per chunk C for "chunk" and "triton" (triton: a power of two >= 16).
+        scale: query scale; None means 1 / sqrt(Dk) as in ``scaled_dot_product_attention``.
+            The syllabus' worked examples use ``scale=1.0``.
+        normalize_qk: L2-normalise q and k along Dk before use.
+
+    Returns:
+        o: (B, H, T, Dv) in v's dtype; S: (B, H, Dk, Dv) final state, in float32 for fp16/bf16
+        inputs (the accumulation dtype), else in the input dtype.
+
+    Raises:
+        ValueError: wrong shapes, keys not L2-normalised, beta outside [0, 2], unknown impl or
+            bad chunk size.
+    """
+    return _run(q, k, v, beta, None, initial_state, impl, chunk_size, scale, normalize_qk)
+
+
+def gated_delta_rule(q, k, v, beta, g, *, initial_state=None, impl=None, chunk_size=64, scale=None,
+                     normalize_qk=False):
+    """Gated DeltaNet: S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, o_t = S_t^T q_t.
+
+    The decay alpha_t = exp(g_t) erases the whole state quickly, the delta rule overwrites one key
+    precisely (Yang, Kautz, Hatamizadeh 2025, "Gated Delta Networks: Improving Mamba2 with Delta
+    Rule"). Arguments and returns as in :func:`delta_rule`, plus
+
+    Args:
+        g: (B, H, T) log-decay, g <= 0 (alpha = exp(g) in (0, 1]); e.g. ``F.logsigmoid(x)``.
+            Inside a chunk, decays between tokens are formed as exp(b_i - b_j) from cumulative
+            sums b of g, never as exp(b_i) * exp(-b_j), which overflows for long chunks.
+
+    Raises:
+        ValueError: as :func:`delta_rule`, and when g has a positive entry or the wrong shape.
+    """
+    if g is None:
+        raise ValueError("gated_delta_rule needs g (B, H, T); use delta_rule for no decay")
+    return _run(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk)
+
+
+# ----------------------------------------------------------------------------- input checks
+
+
+def _check(q, k, v, beta, g, initial_state, chunk_size):
+    """Raise ValueError with a hint if shapes or value ranges break the op's contract."""
+    if q.dim() != 4 or k.shape != q.shape:
+        raise ValueError(f"q and k must both be (B, H, T, Dk); got {tuple(q.shape)} and {tuple(k.shape)}")
+    B, H, T, Dk = k.shape
+    if v.dim() != 4 or v.shape[:3] != (B, H, T):
+        raise ValueError(f"v must be (B, H, T, Dv) = ({B}, {H}, {T}, Dv); got {tuple(v.shape)}")
+    for name, x in (("beta", beta), ("g", g)):
+        if x is not None and x.shape != (B, H, T):
+            raise ValueError(f"{name} must be (B, H, T) = ({B}, {H}, {T}), one scalar per head "
+                             f"and token; got {tuple(x.shape)}")
+    if initial_state is not None and initial_state.shape != (B, H, Dk, v.shape[-1]):
+        raise ValueError(f"initial_state must be (B, H, Dk, Dv) = ({B}, {H}, {Dk}, {v.shape[-1]}); "
+                         f"got {tuple(initial_state.shape)}")
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+    with torch.no_grad():
+        if beta.numel() and (beta.min() < 0 or beta.max() > 2):
+            raise ValueError(f"beta must lie in [0, 2] (eigenvalue 1 - beta |k|^2 of the update "
+                             f"must stay in [-1, 1]); got range [{beta.min().item():.3g}, "
+                             f"{beta.max().item():.3g}]. Use torch.sigmoid(x) for beta.")
+        if g is not None and g.numel() and g.max() > 0:
+            raise ValueError(f"g is a log-decay and must be <= 0; got max {g.max().item():.3g}. "
+                             f"Use F.logsigmoid(x) or -softplus(x).")
+
+
+def _check_keys(k):
+    """Raise ValueError unless every key has L2 norm 1 within KEY_NORM_TOL[k.dtype]."""
+    if k.numel() == 0:
+        return
+    tol = KEY_NORM_TOL.get(k.dtype, 1e-3)
+    with torch.no_grad():
+        err = (k.float().norm(dim=-1) - 1).abs().max().item()
+    if err > tol:
+        raise ValueError(f"delta-rule keys must be L2-normalised along the last dim (|k| = 1 within "
+                         f"{tol:g}); the largest deviation is {err:.3g}. Pass normalize_qk=True or "
+                         f"apply F.normalize(k, dim=-1) first.")
+
+
+def _pick_impl(impl, x):
+    """Resolve impl=None to "triton" on CUDA (triton importable, not float64), else "chunk"."""
+    if impl is None:
+        if x.is_cuda and x.dtype != torch.float64:
+            try:
+                import triton  # noqa: F401
+                return "triton"
+            except ImportError:
+                pass
+        return "chunk"
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS} or None; got {impl!r}")
+    return impl
+
+
+def _run(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk):
+    """Check, normalise and scale the inputs, then call the chosen implementation."""
+    _check(q, k, v, beta, g, initial_state, chunk_size)
+    if normalize_qk:
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    else:
+        _check_keys(k)
+    q = q * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    impl = _pick_impl(impl, q)
+    if impl == "triton":
+        from .triton_delta import delta_rule_triton  # imported late: TRITON_INTERPRET is read at import
+        return delta_rule_triton(q, k, v, beta, g, initial_state, chunk_size)
+    # fp16/bf16 inputs are computed in fp32; fp32/fp64 stay as they are.
+    acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    args = [None if x is None else x.to(acc) for x in (q, k, v, beta, g, initial_state)]
+    o, S = _recurrent(*args) if impl == "recurrent" else _chunk(*args, chunk_size)
+    return o.to(v.dtype), S
+
+
+# ----------------------------------------------------------------------------- recurrent loop
+
+
+def _recurrent(q, k, v, beta, g, S0):
+    """The readable ground truth: one token at a time. Shapes as delta_rule; g may be None."""
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if S0 is None else S0.clone()  # (B, H, Dk, Dv)
+    out = []
+    for t in range(T):
+        if g is not None:
+            S = g[:, :, t, None, None].exp() * S                  # decay: alpha_t S
+        k_t, v_t, b_t = k[:, :, t], v[:, :, t], beta[:, :, t, None]
+        v_old = torch.einsum("bhk,bhkv->bhv", k_t, S)             # what S holds for k_t: S^T k_t
+        S = S + torch.einsum("bhk,bhv->bhkv", k_t, b_t * (v_t - v_old))  # write the error only
+        out.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))  # read: o_t = S_t^T q_t
+    o = torch.stack(out, dim=2) if out else v.new_zeros(v.shape)  # (B, H, T, Dv)
+    return o, S
+
+
+# ----------------------------------------------------------------------------- chunkwise form
+
+
+def _chunk(q, k, v, beta, g, S0, C):
+    """Chunkwise WY/UT form (Yang et al. 2024; gated: Yang et al. 2025). g may be None.
+
+    Derivation in one paragraph. Write u_t = beta_t (v_t - alpha_t S_{t-1}^T k_t) for what token t
+    actually adds, so S_t = alpha_t S_{t-1} + k_t u_t^T. Unrolled from the chunk's incoming state
+    S_0 with cumulative log-decays b_t = g_1 + ... + g_t:
+        S_t = e^{b_t} S_0 + sum_{j<=t} e^{b_t - b_j} k_j u_j^T.
+    Putting that into u_t gives a unit lower-triangular system for all u of the chunk at once:
+        (I + A) U = diag(beta) (V - diag(e^b) K S_0),   A_tj = beta_t e^{b_t - b_j} k_t.k_j (j < t)
+    so with T = (I + A)^-1 diag(beta), W = T diag(e^b) K and U~ = T V we get U = V' = U~ - W S_0
+    (the UT transform; W and U~ need no S_0 and are computed for every chunk in parallel). Then
+        O = diag(e^b) Q S_0 + (Q K^T * Gamma, causal incl. diagonal) V',   Gamma_ij = e^{b_i - b_j}
+        S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T V'.
+    Every exponent is <= 0, so nothing overflows. Without a gate b = 0 and all decays are 1.
+    A ragged tail is zero-padded: k = v = beta = g = 0 changes neither S nor the kept outputs.
+    """
+    B, H, T, Dk = k.shape
+    Dv = v.shape[-1]
+    N = -(-T // C)                                               # number of chunks
+    pad = N * C - T
+    if N == 0:                                                   # empty sequence: nothing is written
+        return v.new_zeros(v.shape), (k.new_zeros(B, H, Dk, Dv) if S0 is None else S0)
+    if g is None:
+        g = beta.new_zeros(beta.shape)
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        beta, g = F.pad(beta, (0, pad)), F.pad(g, (0, pad))
+    q, k = q.view(B, H, N, C, Dk), k.view(B, H, N, C, Dk)        # (B, H, T, D) -> (B, H, N, C, D)
+    v = v.view(B, H, N, C, Dv)
+    beta, g = beta.view(B, H, N, C), g.view(B, H, N, C)
+
+    b = g.cumsum(-1)                                             # (B, H, N, C) log-decay from chunk start
+    idx = torch.arange(C, device=k.device)
+    causal = idx[:, None] >= idx[None, :]                        # (C, C) j <= i, diagonal included
+    strict = idx[:, None] > idx[None, :]                         # (C, C) j < i
+    # Gamma_ij = exp(b_i - b_j) for j <= i; above the diagonal the difference is masked to -inf
+    # *before* exp, so no positive exponent is ever formed.
+    gamma = (b[..., :, None] - b[..., None, :]).masked_fill(~causal, float("-inf")).exp()  # (B, H, N, C, C)
+
+    kk = k @ k.transpose(-1, -2)                                 # (B, H, N, C, Dk) -> (B, H, N, C, C)
+    A = (beta[..., None] * kk * gamma).masked_fill(~strict, 0)   # strictly lower triangular
+    eye = torch.eye(C, dtype=k.dtype, device=k.device)
+    # T = (I + A)^-1 diag(beta) is never formed: one forward substitution (a unit lower-triangular
+    # solve, exact and O(C^2) per right-hand side) gives W and U~ together.
+    rhs = beta[..., None] * torch.cat([b.exp()[..., None] * k, v], dim=-1)  # (B, H, N, C, Dk + Dv)
+    WU = torch.linalg.solve_triangular(A + eye, rhs, upper=False, unitriangular=True)
+    W, U = WU.split([Dk, Dv], dim=-1)                            # (B, H, N, C, Dk), (B, H, N, C, Dv)
+
+    P = (q @ k.transpose(-1, -2)) * gamma                        # (B, H, N, C, C), zero above diagonal
+    q_dec = q * b.exp()[..., None]                               # queries see S_0 decayed by e^{b_i}
+    k_dec = k * (b[..., -1:] - b).exp()[..., None]               # keys decayed to the chunk's end
+    chunk_decay = b[..., -1].exp()                               # (B, H, N) e^{b_C}
+
+    S = k.new_zeros(B, H, Dk, Dv) if S0 is None else S0         # (B, H, Dk, Dv)
+    out = []
+    for n in range(N):                                           # only the state is sequential
+        V_new = U[:, :, n] - W[:, :, n] @ S                      # (B, H, C, Dv) V' = U~ - W S
+        out.append(q_dec[:, :, n] @ S + P[:, :, n] @ V_new)     # (B, H, C, Dv)
+        S = chunk_decay[:, :, n, None, None] * S + k_dec[:, :, n].transpose(-1, -2) @ V_new
+    o = torch.stack(out, dim=2).reshape(B, H, N * C, Dv)[:, :, :T]
+    return o, S
