@@ -1,12 +1,12 @@
 """Delta-rule ops (DeltaNet, Gated DeltaNet): a recurrent loop and the chunkwise WY/UT form."""
-import math
-
 import torch
 import torch.nn.functional as F
 
+from ._common import check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, resolve_impl
+
 __all__ = ["delta_rule", "gated_delta_rule", "KEY_NORM_TOL"]
 
-IMPLS = ("recurrent", "chunk", "triton")
+IMPLS = ("recurrent", "chunk", "triton")                         # no "parallel" form for the delta rule
 
 # How far |k_t| may stray from 1 before the keys count as "not L2-normalised", per input dtype.
 # A unit vector rounded to bf16 keeps its norm within about 4e-3 of 1, hence the looser 16-bit bound.
@@ -30,21 +30,21 @@ def delta_rule(q, k, v, beta, *, initial_state=None, impl=None, chunk_size=64, s
         beta: (B, H, T) write strength, in [0, 2] (usually a sigmoid, in [0, 1]).
         initial_state: optional (B, H, Dk, Dv) state S_0 (write convention: S = sum k v^T).
         impl: "recurrent" (the readable loop, the test oracle), "chunk" (chunkwise PyTorch,
-            autograd works) or "triton" (Triton forward kernel, backward recomputed through the
-            chunkwise path). None picks "triton" for CUDA tensors when triton imports and the
-            dtype is not float64, else "chunk".
+            autograd works) or "triton" (Triton forward kernel computing in fp32, backward
+            recomputed through the chunkwise path). None picks "triton" for CUDA tensors when
+            triton imports and the dtype is not float64, else "chunk".
         chunk_size: tokens per chunk C for "chunk" and "triton" (triton: a power of two >= 16).
-        scale: query scale; None means 1 / sqrt(Dk) as in ``scaled_dot_product_attention``.
-            The syllabus' worked examples use ``scale=1.0``.
+        scale: optional multiplier applied to q (after normalize_qk), e.g. Dk ** -0.5; None
+            means 1, the syllabus' equations as written (the same default as linear_attention).
         normalize_qk: L2-normalise q and k along Dk before use.
 
     Returns:
-        o: (B, H, T, Dv) in v's dtype; S: (B, H, Dk, Dv) final state, in float32 for fp16/bf16
-        inputs (the accumulation dtype), else in the input dtype.
+        o: (B, H, T, Dv) in v's dtype; S: (B, H, Dk, Dv) final state in the accumulation dtype:
+        float32 (float64 for float64 inputs). fp16/bf16 inputs are computed in float32.
 
     Raises:
-        ValueError: wrong shapes, keys not L2-normalised, beta outside [0, 2], unknown impl or
-            bad chunk size.
+        ValueError: wrong shapes, dtypes or devices, keys not L2-normalised, beta outside [0, 2],
+            an unknown impl, a bad chunk size, or "triton" where it cannot run.
     """
     return _run(q, k, v, beta, None, initial_state, impl, chunk_size, scale, normalize_qk)
 
@@ -75,35 +75,28 @@ def gated_delta_rule(q, k, v, beta, g, *, initial_state=None, impl=None, chunk_s
 
 def _check(q, k, v, beta, g, initial_state, chunk_size):
     """Raise ValueError with a hint if shapes or value ranges break the op's contract."""
-    if q.dim() != 4 or k.shape != q.shape:
-        raise ValueError(f"q and k must both be (B, H, T, Dk); got {tuple(q.shape)} and {tuple(k.shape)}")
-    B, H, T, Dk = k.shape
-    if v.dim() != 4 or v.shape[:3] != (B, H, T):
-        raise ValueError(f"v must be (B, H, T, Dv) = ({B}, {H}, {T}, Dv); got {tuple(v.shape)}")
-    for name, x in (("beta", beta), ("g", g)):
-        if x is not None and x.shape != (B, H, T):
-            raise ValueError(f"{name} must be (B, H, T) = ({B}, {H}, {T}), one scalar per head "
-                             f"and token; got {tuple(x.shape)}")
-    if initial_state is not None and initial_state.shape != (B, H, Dk, v.shape[-1]):
-        raise ValueError(f"initial_state must be (B, H, Dk, Dv) = ({B}, {H}, {Dk}, {v.shape[-1]}); "
-                         f"got {tuple(initial_state.shape)}")
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+    B, H, T, Dk, Dv = check_qkv(q, k, v)
+    check_chunk_size(chunk_size)
+    if initial_state is not None:
+        check_state(initial_state, (B, H, Dk, Dv), q.device)
+    if not isinstance(beta, torch.Tensor) or beta.shape != (B, H, T):
+        raise ValueError(f"beta must be a tensor of shape (B, H, T) = {(B, H, T)}, one write strength "
+                         f"per head and token; got {getattr(beta, 'shape', type(beta).__name__)}")
+    if g is not None and check_log_decay(g, q):
+        raise ValueError(f"gated_delta_rule takes one decay per head and token, g of shape (B, H, T) "
+                         f"= {(B, H, T)}; per-key-channel decay (B, H, T, Dk) is not supported")
     with torch.no_grad():
         if beta.numel() and (beta.min() < 0 or beta.max() > 2):
             raise ValueError(f"beta must lie in [0, 2] (eigenvalue 1 - beta |k|^2 of the update "
                              f"must stay in [-1, 1]); got range [{beta.min().item():.3g}, "
                              f"{beta.max().item():.3g}]. Use torch.sigmoid(x) for beta.")
-        if g is not None and g.numel() and g.max() > 0:
-            raise ValueError(f"g is a log-decay and must be <= 0; got max {g.max().item():.3g}. "
-                             f"Use F.logsigmoid(x) or -softplus(x).")
 
 
 def _check_keys(k):
     """Raise ValueError unless every key has L2 norm 1 within KEY_NORM_TOL[k.dtype]."""
     if k.numel() == 0:
         return
-    tol = KEY_NORM_TOL.get(k.dtype, 1e-3)
+    tol = KEY_NORM_TOL[k.dtype]
     with torch.no_grad():
         err = (k.float().norm(dim=-1) - 1).abs().max().item()
     if err > tol:
@@ -112,37 +105,24 @@ def _check_keys(k):
                          f"apply F.normalize(k, dim=-1) first.")
 
 
-def _pick_impl(impl, x):
-    """Resolve impl=None to "triton" on CUDA (triton importable, not float64), else "chunk"."""
-    if impl is None:
-        if x.is_cuda and x.dtype != torch.float64:
-            try:
-                import triton  # noqa: F401
-                return "triton"
-            except ImportError:
-                pass
-        return "chunk"
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS} or None; got {impl!r}")
-    return impl
-
-
 def _run(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk):
     """Check, normalise and scale the inputs, then call the chosen implementation."""
     _check(q, k, v, beta, g, initial_state, chunk_size)
+    chosen = resolve_impl(impl, q.device, IMPLS)
+    if impl is None and q.dtype == torch.float64:
+        chosen = "chunk"                                         # the Triton kernel computes in fp32
     if normalize_qk:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     else:
         _check_keys(k)
-    q = q * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    impl = _pick_impl(impl, q)
-    if impl == "triton":
+    if scale is not None:
+        q = q * scale
+    if chosen == "triton":
         from .triton_delta import delta_rule_triton  # imported late: TRITON_INTERPRET is read at import
         return delta_rule_triton(q, k, v, beta, g, initial_state, chunk_size)
-    # fp16/bf16 inputs are computed in fp32; fp32/fp64 stay as they are.
-    acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    acc = compute_dtype(q.dtype)                                 # fp16/bf16/fp32 -> fp32, fp64 stays
     args = [None if x is None else x.to(acc) for x in (q, k, v, beta, g, initial_state)]
-    o, S = _recurrent(*args) if impl == "recurrent" else _chunk(*args, chunk_size)
+    o, S = _recurrent(*args) if chosen == "recurrent" else _chunk(*args, chunk_size)
     return o.to(v.dtype), S
 
 
