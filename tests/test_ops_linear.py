@@ -1,0 +1,148 @@
+"""Tests for mlexp.ops.linear_attention and gated_linear_attention: implementations agree, grads flow."""
+import pytest
+import torch
+
+from mlexp.ops import linear_attention
+
+IMPLS = ("recurrent", "parallel", "chunk")
+# (B, H, T, Dk, Dv, C): T below, equal to, and not a multiple of the chunk; H > 1; Dk != Dv.
+SHAPES = [(1, 1, 1, 3, 3, 4), (2, 3, 37, 5, 4, 8), (1, 2, 16, 4, 6, 16), (2, 2, 50, 8, 8, 64), (1, 4, 33, 3, 7, 5)]
+
+
+def _rand(*shape, seed=0, positive=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    return torch.nn.functional.elu(x) + 1 if positive else x   # phi = elu + 1 keeps q . z > 0
+
+
+def _inputs(B, H, T, Dk, Dv, positive=False, seed=0):
+    return (_rand(B, H, T, Dk, seed=seed, positive=positive), _rand(B, H, T, Dk, seed=seed + 1, positive=positive),
+            _rand(B, H, T, Dv, seed=seed + 2))
+
+
+def _states(out, normalize):
+    """The final state as a flat tuple of tensors."""
+    return out[1] if normalize else (out[1],)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_linear_impls_agree_float64(shape, with_state, normalize):
+    B, H, T, Dk, Dv, C = shape
+    q, k, v = _inputs(B, H, T, Dk, Dv, positive=normalize)
+    init = None
+    if with_state:
+        S0 = _rand(B, H, Dk, Dv, seed=7)
+        init = (S0.abs(), _rand(B, H, Dk, seed=8).abs()) if normalize else S0
+    ref = linear_attention(q, k, v, normalize=normalize, initial_state=init, impl="recurrent")
+    assert ref[0].shape == (B, H, T, Dv) and ref[0].dtype == torch.float64
+    for impl in IMPLS[1:]:
+        out = linear_attention(q, k, v, normalize=normalize, initial_state=init, impl=impl, chunk_size=C)
+        torch.testing.assert_close(out[0], ref[0], rtol=1e-10, atol=1e-10, msg=f"{impl} output")
+        for a, b in zip(_states(out, normalize), _states(ref, normalize)):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=f"{impl} final state")
+
+
+def test_linear_matches_naive_attention_without_softmax():
+    """o_t = sum_{i<=t} (q_t . k_i) v_i / sum_{i<=t} q_t . k_i, computed by a plain double loop."""
+    q, k, v = _inputs(1, 1, 6, 3, 2, positive=True)
+    o, _ = linear_attention(q, k, v, normalize=True, eps=0.0, impl="chunk", chunk_size=4)
+    for t in range(6):
+        w = torch.stack([q[0, 0, t] @ k[0, 0, i] for i in range(t + 1)])
+        expect = (w[:, None] * v[0, 0, : t + 1]).sum(0) / w.sum()
+        torch.testing.assert_close(o[0, 0, t], expect)
+
+
+def test_linear_worked_example_from_lesson_01():
+    """Keys (1,0), (1,1); values (2,0), (0,4); query (1,2) reads (0.5, 3) with S = [[2,4],[0,4]], z = (2,1)."""
+    k = torch.tensor([[1.0, 0.0], [1.0, 1.0]]).view(1, 1, 2, 2)
+    v = torch.tensor([[2.0, 0.0], [0.0, 4.0]]).view(1, 1, 2, 2)
+    q = torch.tensor([[1.0, 2.0], [1.0, 2.0]]).view(1, 1, 2, 2)
+    for impl in IMPLS:
+        o, (S, z) = linear_attention(q, k, v, normalize=True, eps=0.0, impl=impl)
+        torch.testing.assert_close(o[0, 0, -1], torch.tensor([0.5, 3.0]))
+        torch.testing.assert_close(S[0, 0], torch.tensor([[2.0, 4.0], [0.0, 4.0]]))
+        torch.testing.assert_close(z[0, 0], torch.tensor([2.0, 1.0]))
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_linear_state_carries_across_calls(normalize):
+    """Running T tokens at once equals running the first part, then the rest from its final state."""
+    q, k, v = _inputs(2, 2, 29, 4, 5, positive=normalize)
+    full, state_full = linear_attention(q, k, v, normalize=normalize, impl="chunk", chunk_size=8)
+    o1, st = linear_attention(q[:, :, :11], k[:, :, :11], v[:, :, :11], normalize=normalize, impl="chunk", chunk_size=8)
+    o2, st = linear_attention(q[:, :, 11:], k[:, :, 11:], v[:, :, 11:], normalize=normalize, initial_state=st,
+                              impl="recurrent")
+    torch.testing.assert_close(torch.cat([o1, o2], dim=2), full)
+    for a, b in zip(_states((None, st), normalize), _states((None, state_full), normalize)):
+        torch.testing.assert_close(a, b)
+
+
+def test_linear_scale_multiplies_q():
+    q, k, v = _inputs(1, 2, 9, 4, 4)
+    a, _ = linear_attention(q, k, v, scale=0.25, impl="chunk", chunk_size=4)
+    b, _ = linear_attention(q * 0.25, k, v, impl="recurrent")
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_linear_chunk_gradcheck(normalize):
+    q, k, v = _inputs(1, 2, 7, 3, 2, positive=normalize)
+    S0 = _rand(1, 2, 3, 2, seed=5).abs()
+    z0 = _rand(1, 2, 3, seed=6).abs()
+    args = [x.clone().requires_grad_() for x in (q, k, v, S0, z0)]
+
+    def f(q, k, v, S0, z0):
+        init = (S0, z0) if normalize else S0
+        o, st = linear_attention(q, k, v, normalize=normalize, initial_state=init, impl="chunk", chunk_size=3)
+        return (o,) + _states((None, st), normalize)
+
+    assert torch.autograd.gradcheck(f, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_linear_half_inputs_accumulate_in_fp32(dtype):
+    q, k, v = (x.to(dtype) for x in _inputs(2, 2, 40, 8, 8, positive=True))
+    o, (S, z) = linear_attention(q, k, v, normalize=True, impl="chunk", chunk_size=16)
+    assert o.dtype == dtype and S.dtype == torch.float32 and z.dtype == torch.float32
+    ref, _ = linear_attention(q.double(), k.double(), v.double(), normalize=True, impl="recurrent")
+    err = ((o.double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-2, f"relative error {err:.2e} too large for {dtype} inputs"
+
+
+def test_linear_defaults_to_chunk_on_cpu():
+    q, k, v = _inputs(1, 1, 70, 4, 4)
+    o, S = linear_attention(q, k, v)
+    ref, S_ref = linear_attention(q, k, v, impl="recurrent")
+    torch.testing.assert_close(o, ref)
+    torch.testing.assert_close(S, S_ref)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda q, k, v: (q[0], k, v), r"q must have shape \(B, H, T, D\)"),
+        (lambda q, k, v: (q, k[..., :2], v), "q and k must have the same shape"),
+        (lambda q, k, v: (q, k, v[:, :, :3]), r"v must share \(B, H, T\)"),
+        (lambda q, k, v: (q, k.float(), v), "one dtype"),
+        (lambda q, k, v: (q, k, torch.empty(v.shape, dtype=v.dtype, device="meta")), "one device"),
+        (lambda q, k, v: (q.long(), k, v), "must be float16, bfloat16, float32 or float64"),
+    ],
+)
+def test_linear_rejects_bad_inputs(change, match):
+    q, k, v = _inputs(1, 2, 5, 4, 4)
+    with pytest.raises(ValueError, match=match):
+        linear_attention(*change(q, k, v))
+
+
+def test_linear_rejects_bad_options():
+    q, k, v = _inputs(1, 2, 5, 4, 3)
+    with pytest.raises(ValueError, match="impl must be one of"):
+        linear_attention(q, k, v, impl="fast")
+    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+        linear_attention(q, k, v, chunk_size=0)
+    with pytest.raises(ValueError, match=r"initial_state must have shape \(1, 2, 4, 3\)"):
+        linear_attention(q, k, v, initial_state=torch.zeros(1, 2, 3, 4, dtype=q.dtype))
+    with pytest.raises(ValueError, match=r"tuple \(S, z\)"):
+        linear_attention(q, k, v, normalize=True, initial_state=torch.zeros(1, 2, 4, 3, dtype=q.dtype))
