@@ -1,4 +1,5 @@
 """mlexp.ops: the linear-attention kernel family, each op as recurrent, parallel, chunkwise and Triton."""
+from .delta import delta_rule, gated_delta_rule
 from .linear import linear_attention
 
-__all__ = ["linear_attention"]
+__all__ = ["delta_rule", "gated_delta_rule", "linear_attention"]
