@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mlexp.ops import linear_attention
+from mlexp.ops import gated_linear_attention, linear_attention
 
 IMPLS = ("recurrent", "parallel", "chunk")
 # (B, H, T, Dk, Dv, C): T below, equal to, and not a multiple of the chunk; H > 1; Dk != Dv.
@@ -18,6 +18,11 @@ def _rand(*shape, seed=0, positive=False):
 def _inputs(B, H, T, Dk, Dv, positive=False, seed=0):
     return (_rand(B, H, T, Dk, seed=seed, positive=positive), _rand(B, H, T, Dk, seed=seed + 1, positive=positive),
             _rand(B, H, T, Dv, seed=seed + 2))
+
+
+def _rms_rel(x, ref):
+    """RMS-relative error ||x - ref|| / ||ref||, computed in float64."""
+    return ((x.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 def _states(out, normalize):
@@ -107,7 +112,7 @@ def test_linear_half_inputs_accumulate_in_fp32(dtype):
     o, (S, z) = linear_attention(q, k, v, normalize=True, impl="chunk", chunk_size=16)
     assert o.dtype == dtype and S.dtype == torch.float32 and z.dtype == torch.float32
     ref, _ = linear_attention(q.double(), k.double(), v.double(), normalize=True, impl="recurrent")
-    err = ((o.double() - ref).norm() / ref.norm()).item()
+    err = _rms_rel(o, ref)
     assert err < 1e-2, f"relative error {err:.2e} too large for {dtype} inputs"
 
 
@@ -146,3 +151,104 @@ def test_linear_rejects_bad_options():
         linear_attention(q, k, v, initial_state=torch.zeros(1, 2, 3, 4, dtype=q.dtype))
     with pytest.raises(ValueError, match=r"tuple \(S, z\)"):
         linear_attention(q, k, v, normalize=True, initial_state=torch.zeros(1, 2, 4, 3, dtype=q.dtype))
+
+
+# ---------------------------------------------------------------- gated_linear_attention
+
+def _log_decay(B, H, T, Dk, per_channel, seed=3, strength=1.0):
+    g = -strength * _rand(B, H, T, Dk, seed=seed).abs()        # log-decay <= 0
+    return g if per_channel else g[..., 0]
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["scalar", "channel"])
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gated_impls_agree_float64(shape, with_state, per_channel):
+    B, H, T, Dk, Dv, C = shape
+    q, k, v = _inputs(B, H, T, Dk, Dv)
+    g = _log_decay(B, H, T, Dk, per_channel, strength=0.5)
+    S0 = _rand(B, H, Dk, Dv, seed=9) if with_state else None
+    ref_o, ref_S = gated_linear_attention(q, k, v, g, initial_state=S0, impl="recurrent")
+    for impl in IMPLS[1:]:
+        o, S = gated_linear_attention(q, k, v, g, initial_state=S0, impl=impl, chunk_size=C)
+        torch.testing.assert_close(o, ref_o, rtol=1e-10, atol=1e-10, msg=f"{impl} output")
+        torch.testing.assert_close(S, ref_S, rtol=1e-10, atol=1e-10, msg=f"{impl} final state")
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["scalar", "channel"])
+def test_gated_chunk_sub_blocks_agree(per_channel):
+    """Chunks longer than the 16-token sub-block exercise the split decay exp(b_i - b_r) exp(b_r - b_j)."""
+    q, k, v = _inputs(1, 2, 100, 4, 3)
+    g = _log_decay(1, 2, 100, 4, per_channel, strength=0.3)
+    ref = gated_linear_attention(q, k, v, g, impl="recurrent")
+    for C in (37, 64):
+        out = gated_linear_attention(q, k, v, g, impl="chunk", chunk_size=C)
+        torch.testing.assert_close(out[0], ref[0], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(out[1], ref[1], rtol=1e-10, atol=1e-10)
+
+
+def test_gated_with_zero_decay_is_linear_attention():
+    q, k, v = _inputs(2, 2, 21, 4, 5)
+    S0 = _rand(2, 2, 4, 5, seed=4)
+    expect = linear_attention(q, k, v, initial_state=S0, impl="recurrent")
+    for g in (torch.zeros(2, 2, 21, dtype=q.dtype), torch.zeros(2, 2, 21, 4, dtype=q.dtype)):
+        o, S = gated_linear_attention(q, k, v, g, initial_state=S0, impl="chunk", chunk_size=8)
+        torch.testing.assert_close(o, expect[0])
+        torch.testing.assert_close(S, expect[1])
+
+
+def test_gated_worked_example_from_lesson_03():
+    """Key (1,0) written with (2,0), then again with (0,4); decay gamma = 0.5 reads (1, 4)."""
+    k = torch.tensor([[1.0, 0.0], [1.0, 0.0]]).view(1, 1, 2, 2)
+    v = torch.tensor([[2.0, 0.0], [0.0, 4.0]]).view(1, 1, 2, 2)
+    q = k.clone()
+    g = torch.full((1, 1, 2), torch.tensor(0.5).log().item())
+    for impl in IMPLS:
+        o, _ = gated_linear_attention(q, k, v, g, impl=impl)
+        torch.testing.assert_close(o[0, 0, -1], torch.tensor([1.0, 4.0]))
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["scalar", "channel"])
+def test_gated_strong_decay_stays_finite_in_fp32(per_channel):
+    """Cumulative logs reach about -1,000 inside a chunk: exp(-b) would overflow fp32, differences do not."""
+    q, k, v = (x.float() for x in _inputs(1, 2, 64, 8, 8))
+    g = _log_decay(1, 2, 64, 8, per_channel, strength=20.0).float()
+    ref_o, ref_S = gated_linear_attention(q.double(), k.double(), v.double(), g.double(), impl="recurrent")
+    for impl in IMPLS[1:]:
+        o, S = gated_linear_attention(q, k, v, g, impl=impl, chunk_size=64)
+        assert torch.isfinite(o).all() and torch.isfinite(S).all(), impl
+        assert _rms_rel(o, ref_o) < 1e-5 and _rms_rel(S, ref_S) < 1e-5, impl
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["scalar", "channel"])
+def test_gated_chunk_gradcheck(per_channel):
+    # per channel: T = 18 in one chunk of 18 also covers the split left of a 16-token sub-block
+    B, H, T, Dk, Dv, C = (1, 1, 18, 2, 2, 18) if per_channel else (1, 2, 9, 3, 2, 4)
+    q, k, v = _inputs(B, H, T, Dk, Dv)
+    g = _log_decay(B, H, T, Dk, per_channel, strength=0.5)
+    S0 = _rand(B, H, Dk, Dv, seed=5)
+    args = [x.clone().requires_grad_() for x in (q, k, v, g, S0)]
+
+    def f(q, k, v, g, S0):
+        return gated_linear_attention(q, k, v, g, initial_state=S0, impl="chunk", chunk_size=C)
+
+    assert torch.autograd.gradcheck(f, args)
+
+
+def test_gated_half_inputs_accumulate_in_fp32():
+    q, k, v = (x.bfloat16() for x in _inputs(1, 2, 40, 8, 8))
+    g = _log_decay(1, 2, 40, 8, True, strength=0.2).bfloat16()
+    o, S = gated_linear_attention(q, k, v, g, impl="chunk", chunk_size=16)
+    assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
+    ref, _ = gated_linear_attention(q.double(), k.double(), v.double(), g.double(), impl="recurrent")
+    assert _rms_rel(o, ref) < 1e-2
+
+
+def test_gated_rejects_bad_decay():
+    q, k, v = _inputs(1, 2, 5, 4, 3)
+    with pytest.raises(ValueError, match=r"g must have shape \(B, H, T\)"):
+        gated_linear_attention(q, k, v, torch.zeros(1, 2, 5, 3, dtype=q.dtype))
+    with pytest.raises(ValueError, match="must be <= 0"):
+        gated_linear_attention(q, k, v, torch.full((1, 2, 5), 0.1, dtype=q.dtype))
+    with pytest.raises(ValueError, match="g is on meta"):
+        gated_linear_attention(q, k, v, torch.zeros(1, 2, 5, device="meta"))
