@@ -182,18 +182,18 @@ def _chunk(q, k, v, beta, g, S0, C):
     b = g.cumsum(-1)                                             # (B, H, N, C) log-decay from chunk start
     idx = torch.arange(C, device=k.device)
     causal = idx[:, None] >= idx[None, :]                        # (C, C) j <= i, diagonal included
-    strict = idx[:, None] > idx[None, :]                         # (C, C) j < i
     # Gamma_ij = exp(b_i - b_j) for j <= i; above the diagonal the difference is masked to -inf
     # *before* exp, so no positive exponent is ever formed.
     gamma = (b[..., :, None] - b[..., None, :]).masked_fill(~causal, float("-inf")).exp()  # (B, H, N, C, C)
 
     kk = k @ k.transpose(-1, -2)                                 # (B, H, N, C, Dk) -> (B, H, N, C, C)
-    A = (beta[..., None] * kk * gamma).masked_fill(~strict, 0)   # strictly lower triangular
-    eye = torch.eye(C, dtype=k.dtype, device=k.device)
+    A = beta[..., None] * kk * gamma                             # A_ij for j < i (used below the diagonal)
     # T = (I + A)^-1 diag(beta) is never formed: one forward substitution (a unit lower-triangular
-    # solve, exact and O(C^2) per right-hand side) gives W and U~ together.
+    # solve, exact and O(C^2) per right-hand side) gives W and U~ together. With
+    # unitriangular=True the solver reads only the strictly lower triangle of A and takes the
+    # diagonal as 1, i.e. it solves with I + tril(A, -1) (and sends gradients only there).
     rhs = beta[..., None] * torch.cat([b.exp()[..., None] * k, v], dim=-1)  # (B, H, N, C, Dk + Dv)
-    WU = torch.linalg.solve_triangular(A + eye, rhs, upper=False, unitriangular=True)
+    WU = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
     W, U = WU.split([Dk, Dv], dim=-1)                            # (B, H, N, C, Dk), (B, H, N, C, Dv)
 
     P = (q @ k.transpose(-1, -2)) * gamma                        # (B, H, N, C, C), zero above diagonal
