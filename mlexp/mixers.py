@@ -1,0 +1,168 @@
+"""Token mixers x (B, T, dim) -> (B, T, dim): linear attention, decay-gated, DeltaNet, Gated DeltaNet."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_attention
+
+__all__ = ["LinearAttention", "DecayLinearAttention", "DeltaNet", "GatedDeltaNet", "retnet_gammas"]
+
+# Softmax attention, the mixer every other one is compared with, is mlexp.transformer.Attention
+# (dim, n_heads, n_kv_heads; RoPE, GQA/MQA). It is re-exported at the end of this module as
+# SoftmaxAttention so that a lesson can take every mixer from one place.
+
+
+def retnet_gammas(n_heads):
+    """RetNet's fixed per-head decays gamma_h = 1 - 2^(-5-h), h = 0..n_heads-1 (Sun et al. 2023).
+
+    Head 0 keeps about 32 tokens (gamma 0.96875), head 7 about 4,096 (0.999756). Returns a float64
+    tensor of shape (n_heads,).
+    """
+    h = torch.arange(n_heads, dtype=torch.float64)
+    return 1 - 2.0 ** (-5 - h)
+
+
+def _head_rms_norm(o, eps=1e-6):
+    """Normalise each head's output vector to unit RMS: (B, H, T, D) -> (B, H, T, D).
+
+    Without softmax's normalisation, a decayed or delta-rule state can read out vectors whose size
+    depends on the head's memory length; RetNet (GroupNorm) and DeltaNet/Gated DeltaNet (RMSNorm)
+    normalise per head before the output projection, and so do the mixers here.
+    """
+    return o * torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+class _HeadMixer(nn.Module):
+    """Shared plumbing: q, k, v projections to n_heads of head_dim, and the output projection."""
+
+    def __init__(self, dim, n_heads, head_dim=None, impl=None, chunk_size=64):
+        super().__init__()
+        if head_dim is None:
+            if dim % n_heads:
+                raise ValueError(f"dim {dim} is not divisible by n_heads {n_heads}; pass head_dim")
+            head_dim = dim // n_heads
+        self.dim, self.n_heads, self.head_dim = dim, n_heads, head_dim
+        self.impl, self.chunk_size = impl, chunk_size
+        inner = n_heads * head_dim
+        self.q_proj = nn.Linear(dim, inner, bias=False)
+        self.k_proj = nn.Linear(dim, inner, bias=False)
+        self.v_proj = nn.Linear(dim, inner, bias=False)
+        self.out_proj = nn.Linear(inner, dim, bias=False)
+
+    def _split(self, y):
+        """(B, T, H * D) -> (B, H, T, D)."""
+        B, T, _ = y.shape
+        return y.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def _qkv(self, x):
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"{type(self).__name__} expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
+        return self._split(self.q_proj(x)), self._split(self.k_proj(x)), self._split(self.v_proj(x))
+
+    def _merge(self, o):
+        """(B, H, T, D) -> (B, T, dim) through the output projection."""
+        B, H, T, D = o.shape
+        return self.out_proj(o.transpose(1, 2).reshape(B, T, H * D))
+
+    def extra_repr(self):
+        return f"dim={self.dim}, n_heads={self.n_heads}, head_dim={self.head_dim}, impl={self.impl}"
+
+
+class LinearAttention(_HeadMixer):
+    """Normalised causal linear attention with phi(x) = elu(x) + 1 (Katharopoulos et al. 2020).
+
+    o_t = phi(q_t)^T S_t / (phi(q_t) . z_t) with S_t = sum_i phi(k_i) v_i^T, z_t = sum_i phi(k_i).
+    Args: dim, n_heads, head_dim (default dim // n_heads), impl and chunk_size for mlexp.ops.
+    forward: x (B, T, dim) -> (B, T, dim).
+    """
+
+    def forward(self, x):
+        q, k, v = self._qkv(x)                                   # (B, H, T, D) each
+        o, _ = linear_attention(F.elu(q) + 1, F.elu(k) + 1, v, normalize=True, impl=self.impl,
+                                chunk_size=self.chunk_size)
+        return self._merge(o)
+
+
+class DecayLinearAttention(_HeadMixer):
+    """Linear attention with a decaying state, S_t = gamma S_{t-1} + k_t v_t^T (lesson 03).
+
+    decay="fixed": RetNet's per-head constants gamma_h = 1 - 2^(-5-h) (Sun et al. 2023).
+    decay="data": one decay per head and token, alpha_t = sigmoid(w_h . x_t + c_h), passed to the
+    op in log space as g = logsigmoid(.) (the scalar-per-head gate of Mamba-2 / Gated DeltaNet).
+    The bias c_h starts at logit(gamma_h), so a fresh data-dependent mixer starts from RetNet's
+    decays. Queries are scaled by head_dim^-1/2 and each head's output is RMS-normalised.
+    forward: x (B, T, dim) -> (B, T, dim).
+    """
+
+    def __init__(self, dim, n_heads, head_dim=None, decay="fixed", impl=None, chunk_size=64):
+        super().__init__(dim, n_heads, head_dim, impl, chunk_size)
+        gammas = retnet_gammas(n_heads)
+        if decay == "fixed":
+            self.register_buffer("log_gamma", gammas.log().float())  # (H,) log-decay per head
+            self.gate = None
+        elif decay == "data":
+            self.gate = nn.Linear(dim, n_heads)
+            with torch.no_grad():
+                self.gate.weight.mul_(0.1)
+                self.gate.bias.copy_(torch.logit(gammas).float())
+        else:
+            raise ValueError(f"decay must be 'fixed' or 'data'; got {decay!r}")
+        self.decay = decay
+
+    def log_decay(self, x):
+        """g = log(alpha): (B, T, dim) -> (B, H, T), every entry <= 0."""
+        B, T, _ = x.shape
+        if self.gate is None:
+            return self.log_gamma.to(x.dtype)[None, :, None].expand(B, -1, T)
+        return F.logsigmoid(self.gate(x)).transpose(1, 2)          # (B, T, H) -> (B, H, T)
+
+    def forward(self, x):
+        q, k, v = self._qkv(x)
+        o, _ = gated_linear_attention(q, k, v, self.log_decay(x), impl=self.impl,
+                                      chunk_size=self.chunk_size, scale=1 / math.sqrt(self.head_dim))
+        return self._merge(_head_rms_norm(o))
+
+
+class DeltaNet(_HeadMixer):
+    """DeltaNet mixer (Schlag et al. 2021; Yang et al. 2024): the delta rule with learned beta.
+
+    q and k are L2-normalised per head (normalize_qk in the op), beta_t = sigmoid(w_h . x_t + c_h)
+    in (0, 1) per head and token, each head's output is RMS-normalised before the output
+    projection. (The published models add short convolutions and SiLU; left out to stay minimal.)
+    forward: x (B, T, dim) -> (B, T, dim).
+    """
+
+    def __init__(self, dim, n_heads, head_dim=None, impl=None, chunk_size=64):
+        super().__init__(dim, n_heads, head_dim, impl, chunk_size)
+        self.beta_proj = nn.Linear(dim, n_heads)
+
+    def forward(self, x):
+        q, k, v = self._qkv(x)
+        beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (B, T, H) -> (B, H, T)
+        o, _ = delta_rule(q, k, v, beta, impl=self.impl, chunk_size=self.chunk_size, normalize_qk=True)
+        return self._merge(_head_rms_norm(o))
+
+
+class GatedDeltaNet(DeltaNet):
+    """Gated DeltaNet mixer (Yang et al. 2025): DeltaNet plus a data-dependent decay per head and token.
+
+    g_t = logsigmoid(w_h . x_t + c_h) <= 0 with c_h starting at logit of RetNet's gamma_h, so
+    fresh heads span memories of about 32 to 4,096 tokens. forward: x (B, T, dim) -> (B, T, dim).
+    """
+
+    def __init__(self, dim, n_heads, head_dim=None, impl=None, chunk_size=64):
+        super().__init__(dim, n_heads, head_dim, impl, chunk_size)
+        self.gate = nn.Linear(dim, n_heads)
+        with torch.no_grad():
+            self.gate.weight.mul_(0.1)
+            self.gate.bias.copy_(torch.logit(retnet_gammas(n_heads)).float())
+
+    def forward(self, x):
+        q, k, v = self._qkv(x)
+        beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (B, H, T)
+        g = F.logsigmoid(self.gate(x)).transpose(1, 2)          # (B, H, T) log-decay
+        o, _ = gated_delta_rule(q, k, v, beta, g, impl=self.impl, chunk_size=self.chunk_size,
+                                normalize_qk=True)
+        return self._merge(_head_rms_norm(o))

@@ -1,0 +1,78 @@
+"""Tests for mlexp.mixers: shapes, causality, backward, and agreement of the ops' implementations."""
+import pytest
+import torch
+
+from mlexp import mixers
+from mlexp.mixers import DecayLinearAttention, DeltaNet, GatedDeltaNet, LinearAttention, retnet_gammas
+
+MAKERS = {
+    "linear": lambda **kw: LinearAttention(32, n_heads=4, **kw),
+    "decay_fixed": lambda **kw: DecayLinearAttention(32, n_heads=4, decay="fixed", **kw),
+    "decay_data": lambda **kw: DecayLinearAttention(32, n_heads=4, decay="data", **kw),
+    "delta": lambda **kw: DeltaNet(32, n_heads=4, **kw),
+    "gated_delta": lambda **kw: GatedDeltaNet(32, n_heads=2, head_dim=12, **kw),
+}
+
+
+@pytest.mark.parametrize("name", MAKERS)
+def test_shape_and_causality(name):
+    torch.manual_seed(0)
+    mixer = MAKERS[name](chunk_size=16)
+    x = torch.randn(2, 37, 32)
+    y = mixer(x)
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    x2 = x.clone()
+    x2[:, 20:] = torch.randn(2, 17, 32)                          # change only the future of t < 20
+    y2 = mixer(x2)
+    torch.testing.assert_close(y2[:, :20], y[:, :20], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(y2[:, 20:], y[:, 20:])             # ... and the later outputs do move
+
+
+@pytest.mark.parametrize("name", MAKERS)
+def test_backward_reaches_every_parameter(name):
+    torch.manual_seed(0)
+    mixer = MAKERS[name](chunk_size=16)
+    mixer(torch.randn(2, 24, 32)).pow(2).mean().backward()
+    for pname, p in mixer.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+        assert p.grad.abs().sum() > 0, pname
+
+
+@pytest.mark.parametrize("name", MAKERS)
+def test_recurrent_and_chunk_give_the_same_mixer_output(name):
+    torch.manual_seed(0)
+    ref = MAKERS[name](impl="recurrent").double()
+    fast = MAKERS[name](impl="chunk", chunk_size=8).double()
+    fast.load_state_dict(ref.state_dict())
+    x = torch.randn(1, 21, 32, dtype=torch.float64)
+    torch.testing.assert_close(fast(x), ref(x), rtol=1e-9, atol=1e-9)
+
+
+def test_retnet_gammas_match_the_syllabus():
+    gammas = retnet_gammas(8)
+    assert gammas[0].item() == 0.96875
+    assert abs(gammas[7].item() - 0.999756) < 1e-6
+    assert abs(1 / (1 - gammas[7].item()) - 4096) < 1e-6
+
+
+def test_data_decay_starts_at_retnet_gammas():
+    mixer = DecayLinearAttention(16, n_heads=4, decay="data")
+    torch.nn.init.zeros_(mixer.gate.weight)
+    alpha = mixer.log_decay(torch.randn(1, 5, 16)).exp()         # (1, H, 5)
+    torch.testing.assert_close(alpha[0, :, 0], retnet_gammas(4).float())
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="head_dim"):
+        DeltaNet(30, n_heads=4)
+    with pytest.raises(ValueError, match="decay"):
+        DecayLinearAttention(32, n_heads=4, decay="sometimes")
+    with pytest.raises(ValueError, match=r"\(B, T, 32\)"):
+        DeltaNet(32, n_heads=4)(torch.randn(2, 5, 16))
+
+
+def test_softmax_attention_is_exported_when_available():
+    if not hasattr(mixers, "SoftmaxAttention"):
+        pytest.skip("mlexp.transformer.Attention not available yet")
+    y = mixers.SoftmaxAttention(32, 4, 2)(torch.randn(2, 9, 32))
+    assert y.shape == (2, 9, 32)
