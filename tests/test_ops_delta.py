@@ -155,6 +155,9 @@ def test_input_errors_say_what_to_do():
         delta_rule(q, k, v, beta, chunk_size=0)
     with pytest.raises(ValueError, match="needs g"):
         gated_delta_rule(q, k, v, beta, None)
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        with pytest.raises(ValueError, match="CUDA"):
+            delta_rule(q.float(), k.float(), v.float(), beta.float(), impl="triton")
 
 
 _TRITON_SCRIPT = textwrap.dedent("""

@@ -82,6 +82,8 @@ def _check(q, k, v, beta, g, initial_state, chunk_size):
     if not isinstance(beta, torch.Tensor) or beta.shape != (B, H, T):
         raise ValueError(f"beta must be a tensor of shape (B, H, T) = {(B, H, T)}, one write strength "
                          f"per head and token; got {getattr(beta, 'shape', type(beta).__name__)}")
+    if beta.device != q.device:
+        raise ValueError(f"beta is on {beta.device} but q is on {q.device}; move it with .to(q.device)")
     if g is not None and check_log_decay(g, q):
         raise ValueError(f"gated_delta_rule takes one decay per head and token, g of shape (B, H, T) "
                          f"= {(B, H, T)}; per-key-channel decay (B, H, T, Dk) is not supported")
