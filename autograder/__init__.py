@@ -1,0 +1,13 @@
+"""The course's auto-grader: nbgrader as the engine, plus build, grade, check and a demo class.
+
+Run ``python -m autograder --help``. Commands: ``build [--check]`` (lessons/ from solutions/),
+``grade [SUBMISSIONS] --out DIR`` (a class), ``check NOTEBOOK`` (a student's self-check),
+``demo [--check]`` (the fictional demo class).
+"""
+__all__ = ["main"]
+
+
+def main(argv=None) -> int:
+    """Entry point of ``python -m autograder``; returns the exit code."""
+    from .cli import main as _main
+    return _main(argv)

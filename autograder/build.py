@@ -1,0 +1,89 @@
+"""`build`: generate the student notebooks in lessons/ from the instructor notebooks in solutions/."""
+import filecmp
+import shutil
+import tempfile
+from pathlib import Path
+
+from nbgrader.apps import NbGraderAPI
+
+from .config import list_assignments, work_config
+
+__all__ = ["BuildError", "generate_release", "build", "check_build"]
+
+
+class BuildError(RuntimeError):
+    """nbgrader could not generate a student version (bad cell metadata, unmatched markers)."""
+
+
+def generate_release(root: Path, assignments, work: Path) -> Path:
+    """Run nbgrader generate_assignment for ``assignments`` in the private course dir ``work``.
+
+    Copies ``root/solutions/<id>/`` to ``work/source/<id>/`` and writes the student version to
+    ``work/release/<id>/``; the gradebook is ``work/gradebook.db``. Returns ``work/release``.
+    Raises BuildError with nbgrader's message when an assignment fails.
+    """
+    work = Path(work)
+    for a in assignments:
+        dest = work / "source" / a
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(Path(root) / "solutions" / a, dest,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    api = NbGraderAPI(config=work_config(work))
+    for a in assignments:
+        result = api.generate_assignment(a, force=True, create=True)
+        if not result["success"]:
+            detail = result.get("error", "").strip().splitlines()[-1:] or ["(no message)"]
+            raise BuildError(f"nbgrader generate_assignment failed for solutions/{a}: {detail[0]}\n"
+                             f"{result.get('log', '')}")
+    return work / "release"
+
+
+def _files(folder: Path) -> set:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)}
+
+
+def check_build(root: Path) -> list:
+    """Regenerate every lesson in a temporary folder and compare it with ``lessons/``.
+
+    Returns the differing paths relative to ``root`` (empty when in sync): files that differ,
+    files missing from lessons/, stray files in lessons/<id>/, and lessons/<id>/ folders whose
+    source is gone from solutions/.
+    """
+    root = Path(root)
+    assignments = list_assignments(root)
+    diffs = []
+    with tempfile.TemporaryDirectory(prefix="autograder-build-") as tmp:
+        release = generate_release(root, assignments, Path(tmp))
+        for a in assignments:
+            new, old = release / a, root / "lessons" / a
+            have = _files(old) if old.is_dir() else set()
+            for rel in sorted(_files(new) | have):
+                if rel not in have or not (new / rel).is_file() or \
+                        not filecmp.cmp(new / rel, old / rel, shallow=False):
+                    diffs.append(f"lessons/{a}/{rel}")
+    lessons = root / "lessons"
+    if lessons.is_dir():
+        for p in sorted(lessons.iterdir()):
+            if p.is_dir() and not p.name.startswith(".") and p.name not in assignments:
+                diffs.append(f"lessons/{p.name}/ (no solutions/{p.name}/)")
+    return diffs
+
+
+def build(root: Path) -> list:
+    """Regenerate ``lessons/<id>/`` for every ``solutions/<id>/``; returns the ids written.
+
+    Each lessons/<id>/ folder is replaced as a whole, so it holds exactly what nbgrader
+    generates. The temporary gradebook is deleted; nothing else is written in the checkout.
+    """
+    root = Path(root)
+    assignments = list_assignments(root)
+    with tempfile.TemporaryDirectory(prefix="autograder-build-") as tmp:
+        release = generate_release(root, assignments, Path(tmp))
+        for a in assignments:
+            dest = root / "lessons" / a
+            if dest.exists():
+                shutil.rmtree(dest)
+            shutil.copytree(release / a, dest)
+    return assignments

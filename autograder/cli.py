@@ -1,0 +1,105 @@
+"""Command line: build, grade, check and demo (see `python -m autograder COMMAND --help`)."""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .build import BuildError
+from .config import CELL_TIMEOUT_S, find_course_root
+
+__all__ = ["main", "parser"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    p.add_argument("--course", metavar="PATH",
+                   help="course root holding solutions/ and lessons/ (default: the current "
+                        "directory, else the checkout this package is installed from)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="generate lessons/ from solutions/ with nbgrader")
+    b.add_argument("--check", action="store_true",
+                   help="only compare: exit 1 and list the files when lessons/ is out of date")
+
+    g = sub.add_parser("grade", help="grade a class; print a table, write grades.csv and feedback")
+    g.add_argument("submissions", nargs="?",
+                   help="folder of <student>/<assignment>/*.ipynb or a .zip of one "
+                        "(default: the demo class in autograder/demo/submissions)")
+    g.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder: grades.csv, feedback/, and nbgrader's work/ folder")
+    g.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, metavar="S",
+                   help=f"seconds a single cell may run (default {CELL_TIMEOUT_S})")
+    g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    c = sub.add_parser("check", help="run a notebook's visible tests; print PASS/FAIL and hints")
+    c.add_argument("notebook", help="path of the .ipynb to check")
+    c.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, metavar="S",
+                   help=f"seconds a single cell may run (default {CELL_TIMEOUT_S})")
+
+    d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
+    d.add_argument("--check", action="store_true",
+                   help="only compare: exit 1 when the committed demo class is out of date")
+    return p
+
+
+def _build(args) -> int:
+    from .build import build, check_build
+    root = find_course_root(args.course)
+    if args.check:
+        diffs = check_build(root)
+        if diffs:
+            print("lessons/ is out of date with solutions/; run `python -m autograder build`. "
+                  "Differing:", *diffs, sep="\n  ")
+            return 1
+        print("lessons/ is in sync with solutions/")
+        return 0
+    for a in build(root):
+        print(f"wrote lessons/{a}/")
+    return 0
+
+
+def _grade(args) -> int:
+    from .grade import format_table, grade_class
+    root = find_course_root(args.course)
+    start = time.perf_counter()
+    results = grade_class(root, args.submissions, Path(args.out), timeout=args.timeout,
+                          progress=not args.no_progress)
+    seconds = time.perf_counter() - start
+    print(format_table(results))
+    n = max(len(results), 1)
+    print(f"\n{len(results)} submissions graded in {seconds:.0f} s ({seconds / n:.1f} s each); "
+          f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
+    return 0
+
+
+def _check(args) -> int:
+    from .check import check_notebook, format_report
+    results = check_notebook(args.notebook, timeout=args.timeout)
+    print(format_report(Path(args.notebook).name, results))
+    return 0 if results and all(r.passed for r in results) else 1
+
+
+def _demo(args) -> int:
+    from .demo import check_demo, write_demo
+    root = find_course_root(args.course)
+    if args.check:
+        diffs = check_demo(root)
+        if diffs:
+            print("autograder/demo/submissions is out of date; run `python -m autograder demo`. "
+                  "Differing:", *diffs, sep="\n  ")
+            return 1
+        print("the demo class is in sync with its catalogue")
+        return 0
+    written = write_demo(root)
+    print(f"wrote {len(written)} demo notebooks under autograder/demo/submissions/")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Parse ``argv`` and run the command; errors a user can fix print one line and exit 2."""
+    args = parser().parse_args(argv)
+    try:
+        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo}[args.command](args)
+    except (FileNotFoundError, ValueError, BuildError) as exc:   # NotebookError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

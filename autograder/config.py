@@ -1,0 +1,109 @@
+"""Where the course lives and the nbgrader settings every grader command shares."""
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from traitlets.config import Config
+
+__all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root", "list_assignments",
+           "apply_course_settings", "ensure_venv_on_path", "new_gradebook", "work_config"]
+
+# A graded submission runs its experiments at token size (mlexp.budget), so a cell that needs
+# more than a minute is stuck (an endless loop, a full-size training run) rather than slow.
+CELL_TIMEOUT_S = 60
+
+# nbgrader's feedback shows the autograded notebook as it ran, hidden tests included (autograde
+# restores every test cell from the gradebook). HideHiddenTests removes them before rendering.
+FEEDBACK_PREPROCESSORS = [
+    "nbgrader.preprocessors.GetGrades",
+    "autograder.feedback.HideHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
+
+# ipykernel 7 warns on stderr at every start that its local TCP sockets are unencrypted; for a
+# batch of kernels that line is noise (isolation is a separate matter, see the README).
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+
+
+def find_course_root(course=None) -> Path:
+    """Return the course root: the folder holding ``solutions/`` (and ``lessons/``).
+
+    Looks at ``course`` when given, else the current directory, else the checkout this package
+    was installed from. Raises FileNotFoundError saying where it looked when none has
+    ``solutions/``.
+    """
+    candidates = [Path(course)] if course else [Path.cwd(), PACKAGE_PARENT]
+    for root in candidates:
+        if (root / "solutions").is_dir():
+            return root.resolve()
+    looked = ", ".join(str(c) for c in candidates)
+    raise FileNotFoundError(
+        f"No course found: none of [{looked}] has a solutions/ folder. Run the command from the "
+        "course checkout or pass --course PATH.")
+
+
+def list_assignments(root: Path) -> list:
+    """Assignment ids: the folders ``solutions/<id>/`` that hold at least one notebook, sorted."""
+    src = Path(root) / "solutions"
+    return sorted(p.name for p in src.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and any(p.glob("*.ipynb")))
+
+
+def apply_course_settings(c, timeout=CELL_TIMEOUT_S):
+    """Put the settings shared by ``nbgrader_config.py`` and this package onto config ``c``."""
+    c.Execute.timeout = timeout
+    c.Execute.extra_arguments = list(KERNEL_ARGS)
+    c.GenerateFeedback.preprocessors = list(FEEDBACK_PREPROCESSORS)
+    return c
+
+
+def ensure_venv_on_path() -> None:
+    """Put this Python's bin/ folder on PATH when nbgrader's helper programs are not found.
+
+    nbgrader's Gradebook runs the ``alembic`` program by name, which fails when the virtual
+    environment is used through ``.venv/bin/python`` without being activated.
+    """
+    if shutil.which("alembic") is None:
+        bindir = os.path.dirname(sys.executable)
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def new_gradebook(path: Path) -> None:
+    """Create an empty SQLite gradebook at ``path`` stamped with nbgrader's schema version.
+
+    nbgrader creates a missing gradebook by running ``alembic heads`` as a separate program
+    just to learn that version (seconds on a busy machine, every run). Reading it in-process
+    and writing the stamp first gives the same database without the subprocess.
+    """
+    import sqlite3
+
+    import nbgrader
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(os.path.join(os.path.dirname(nbgrader.__file__), "alembic")).get_current_head()
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        db.execute("INSERT INTO alembic_version (version_num) VALUES (?)", (head,))
+    db.close()
+
+
+def work_config(work: Path, timeout=CELL_TIMEOUT_S) -> Config:
+    """nbgrader config for a private course directory ``work`` with its own SQLite gradebook.
+
+    ``work`` gets nbgrader's default layout (source/, release/, submitted/, autograded/,
+    feedback/) and ``work/gradebook.db`` (created here when missing); nothing is written in the
+    course checkout.
+    """
+    ensure_venv_on_path()
+    db = Path(work) / "gradebook.db"
+    if not db.exists():
+        Path(work).mkdir(parents=True, exist_ok=True)
+        new_gradebook(db)
+    c = Config()
+    c.CourseDirectory.root = os.fspath(work)
+    c.CourseDirectory.db_url = "sqlite:///" + os.fspath(db)
+    c.NbGraderAPI.log_level = "WARN"
+    return apply_course_settings(c, timeout)
