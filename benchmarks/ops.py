@@ -168,8 +168,12 @@ def main():
     p.add_argument("--chunk", type=int, default=64, help="chunk size C")
     p.add_argument("--recurrent-max", type=int, default=2048, help="longest T the recurrent forward is run at")
     p.add_argument("--recurrent-bwd-max", type=int, default=1024, help="longest T the recurrent forward+backward is run at")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice); 1 gives steadier numbers on a busy machine")
     p.add_argument("--matmul-n", type=int, default=1024, help="size of the square matmul giving the reference FLOP/s")
     a = p.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     cpu_tables(a, torch.device("cpu"))
     if torch.cuda.is_available():

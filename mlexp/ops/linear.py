@@ -104,24 +104,29 @@ def _chunk(q, k, v, S0, z0, eps, C):
     """Chunkwise form: inside a block of C tokens a masked C x C product, across blocks the state.
 
     Every block reads the state left by the blocks before it, S_prev, so
-    O_c = Q_c S_prev + tril(Q_c K_c^T) V_c. The states come from a prefix sum over the blocks'
-    K_c^T V_c, so all blocks run as one batched matmul. Cost O(T C D + T D^2).
+    O_c = Q_c S_prev + tril(Q_c K_c^T) V_c. Only the sum of the blocks' writes K_c^T V_c into the
+    states is sequential (T / C cheap additions); every matmul runs batched over all blocks.
+    Cost O(T C D + T D^2).
     """
     B, H, T, Dk = q.shape
     N = -(-T // C)                                              # number of blocks, ceil(T / C)
     pad = N * C - T                                             # zero tokens add nothing to S or z
-    q, k, v = (F.pad(x, (0, 0, 0, pad)).view(B, H, N, C, x.shape[-1]) for x in (q, k, v))
+    q, k, v = (F.pad(x, (0, 0, 0, pad)) if pad else x for x in (q, k, v))
+    q, k, v = (x.reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v))
     A = (q @ k.transpose(-1, -2)).tril()                       # (B, H, N, C, Dk) x (.., Dk, C) -> (B, H, N, C, C)
     kv = k.transpose(-1, -2) @ v                                # each block's write: (B, H, N, Dk, Dv)
-    S_after = S0[:, :, None] + kv.cumsum(dim=2)                 # state after block n: (B, H, N, Dk, Dv)
-    S_prev = torch.cat([S0[:, :, None], S_after[:, :, :-1]], dim=2)   # state before block n
+    S, S_prev = S0, []
+    for n in range(N):                                          # (a loop beats kv.cumsum(2) on CPU)
+        S_prev.append(S)
+        S = S + kv[:, :, n]
+    S_prev = torch.stack(S_prev, dim=2)                         # state entering each block: (B, H, N, Dk, Dv)
     o = A @ v + q @ S_prev                                      # (B, H, N, C, Dv)
     z = None
     if z0 is not None:
-        z_after = z0[:, :, None] + k.sum(3).cumsum(dim=2)      # (B, H, N, Dk)
+        z_after = z0[:, :, None] + k.sum(3).cumsum(dim=2)      # normaliser after each block: (B, H, N, Dk)
         z_prev = torch.cat([z0[:, :, None], z_after[:, :, :-1]], dim=2)
-        den = A.sum(-1) + (q @ z_prev[..., None])[..., 0]       # (B, H, N, C)
+        den = A.sum(-1) + (q @ z_prev[..., None])[..., 0]       # q_t . z_t: (B, H, N, C)
         o = o / (den[..., None] + eps)
         z = z_after[:, :, -1]
     o = o.reshape(B, H, N * C, -1)[:, :, :T]                    # drop the padding: (B, H, T, Dv)
-    return o, S_after[:, :, -1], z
+    return o, S, z
