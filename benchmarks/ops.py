@@ -2,11 +2,10 @@
 
     .venv/bin/python benchmarks/ops.py            # CPU here; on a CUDA machine it adds Triton (and fla)
 
-Every number is a median over a few repeats after a warm-up, measured in this run; the ratios,
-not the milliseconds, are what carries over between machines.
+Every time is the fastest of a few repeats after a warm-up (the run least disturbed by other
+processes), measured in this run; the ratios, not the milliseconds, carry over between machines.
 """
 import argparse
-import statistics
 import time
 
 import torch
@@ -16,7 +15,7 @@ from mlexp.ops import gated_linear_attention, linear_attention
 
 
 def timeit(fn, device, repeats=5, warmup=1):
-    """Median wall time of fn() in seconds (CUDA work is synchronised before reading the clock)."""
+    """Fastest wall time of fn() over ``repeats`` runs, in seconds (CUDA is synchronised before reading the clock)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         fn()
@@ -27,7 +26,7 @@ def timeit(fn, device, repeats=5, warmup=1):
         fn()
         sync()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times)
 
 
 def qkv(B, H, T, D, device, grad=False, dtype=torch.float32):
@@ -61,13 +60,20 @@ def cpu_tables(a, device):
           "(forward+backward); beyond that its time is the time measured there scaled by the ratio of T "
           "(a loop: its cost per token is constant), marked *")
     print(f"{'T':>6} {'rec fwd ms':>11} {'chunk fwd ms':>13} {'fwd x':>7} {'rec f+b ms':>11} {'chunk f+b ms':>13} {'f+b x':>7}")
-    results = {}
+    results, rec_cache = {}, {}
+
+    def recurrent_time(T, grad):
+        """Time of the recurrent loop at T (measured once per length, reused for longer T)."""
+        if (T, grad) not in rec_cache:
+            q, k, v = qkv(B, H, T, D, device, grad=grad)
+            op = lambda: linear_attention(q, k, v, impl="recurrent")      # noqa: E731
+            rec_cache[T, grad] = timeit(fwd_bwd(op) if grad else op, device, repeats=3, warmup=0)
+        return rec_cache[T, grad]
+
     for T in a.T:
         Tr, Tb = min(T, a.recurrent_max), min(T, a.recurrent_bwd_max)
-        q, k, v = qkv(B, H, Tr, D, device)
-        rec = timeit(lambda: linear_attention(q, k, v, impl="recurrent"), device, repeats=3, warmup=0) * T / Tr
-        q, k, v = qkv(B, H, Tb, D, device, grad=True)
-        rec_fb = timeit(fwd_bwd(lambda: linear_attention(q, k, v, impl="recurrent")), device, repeats=3, warmup=0) * T / Tb
+        rec = recurrent_time(Tr, False) * T / Tr
+        rec_fb = recurrent_time(Tb, True) * T / Tb
         q, k, v = qkv(B, H, T, D, device)
         chunk = timeit(lambda: linear_attention(q, k, v, impl="chunk", chunk_size=C), device)
         q, k, v = qkv(B, H, T, D, device, grad=True)
