@@ -6,12 +6,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_attention
+from .transformer import Attention as SoftmaxAttention
 
-__all__ = ["LinearAttention", "DecayLinearAttention", "DeltaNet", "GatedDeltaNet", "retnet_gammas"]
+__all__ = ["SoftmaxAttention", "LinearAttention", "DecayLinearAttention", "DeltaNet", "GatedDeltaNet",
+           "retnet_gammas"]
 
 # Softmax attention, the mixer every other one is compared with, is mlexp.transformer.Attention
-# (dim, n_heads, n_kv_heads; RoPE, GQA/MQA). It is re-exported at the end of this module as
-# SoftmaxAttention so that a lesson can take every mixer from one place.
+# (dim, n_heads, n_kv_heads; RoPE, MHA/GQA/MQA), re-exported above as SoftmaxAttention so that a
+# lesson can take every mixer from one place.
 
 
 def retnet_gammas(n_heads):
@@ -166,3 +168,4 @@ class GatedDeltaNet(DeltaNet):
         o, _ = gated_delta_rule(q, k, v, beta, g, impl=self.impl, chunk_size=self.chunk_size,
                                 normalize_qk=True)
         return self._merge(_head_rms_norm(o))
+
