@@ -190,13 +190,15 @@ def _chunk(q, k, v, beta, g, S0, C):
 
     kk = k @ k.transpose(-1, -2)                                 # (B, H, N, C, Dk) -> (B, H, N, C, C)
     A = beta[..., None] * kk * gamma                             # A_ij for j < i (used below the diagonal)
-    # T = (I + A)^-1 diag(beta) is never formed: one forward substitution (a unit lower-triangular
-    # solve, exact and O(C^2) per right-hand side) gives W and U~ together. With
-    # unitriangular=True the solver reads only the strictly lower triangle of A and takes the
-    # diagonal as 1, i.e. it solves with I + tril(A, -1) (and sends gradients only there).
-    rhs = beta[..., None] * torch.cat([b.exp()[..., None] * k, v], dim=-1)  # (B, H, N, C, Dk + Dv)
-    WU = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
-    W, U = WU.split([Dk, Dv], dim=-1)                            # (B, H, N, C, Dk), (B, H, N, C, Dv)
+    # (I + A)^-1 by forward substitution: a unit lower-triangular solve against the identity,
+    # exact, no pivoting. With unitriangular=True the solver reads only the strictly lower
+    # triangle of A and takes the diagonal as 1, i.e. it inverts I + tril(A, -1) (and sends
+    # gradients only there). Solving for the C x C inverse and then multiplying is faster on CPU
+    # than solving for the Dk + Dv right-hand sides directly.
+    eye = torch.eye(C, dtype=k.dtype, device=k.device).expand(A.shape)
+    T_mat = torch.linalg.solve_triangular(A, eye, upper=False, unitriangular=True) * beta[..., None, :]
+    W = T_mat @ (b.exp()[..., None] * k)                         # (B, H, N, C, C) @ (.., C, Dk) -> (.., C, Dk)
+    U = T_mat @ v                                                # (B, H, N, C, Dv)
 
     P = (q @ k.transpose(-1, -2)) * gamma                        # (B, H, N, C, C), zero above diagonal
     q_dec = q * b.exp()[..., None]                               # queries see S_0 decayed by e^{b_i}
