@@ -69,6 +69,9 @@ def _grade(args) -> int:
     n = max(len(results), 1)
     print(f"\n{len(results)} submissions graded in {seconds:.0f} s ({seconds / n:.1f} s each); "
           f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
+    attention = [r for r in results if not r.status.startswith("graded")]
+    if attention:
+        print(f"{len(attention)} submission(s) need attention (status 'error' or 'rejected').")
     return 0
 
 

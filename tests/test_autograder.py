@@ -127,6 +127,19 @@ def test_grades_csv_has_columns_and_rows(graded):
     assert float(by_student["bob_subtracts"]["test_add"]) == 0
 
 
+def test_regrading_a_folder_into_the_same_out_replaces_the_old_run(course, graded, tmp_path):
+    out = Path(shutil.copytree(graded[1], tmp_path / "out"))   # an earlier run's output
+    write_class(course, tmp_path / "cls")
+    for student in STUDENTS:
+        if student not in ("ann_correct", "bob_subtracts"):
+            shutil.rmtree(tmp_path / "cls" / student)
+    results = grade_class(course, tmp_path / "cls", out, timeout=30, progress=False)
+    assert [(r.student, r.score) for r in results] == [("ann_correct", 5), ("bob_subtracts", 3)]
+    with open(out / "grades.csv") as f:
+        assert [r["student_id"] for r in csv.DictReader(f)] == ["ann_correct", "bob_subtracts"]
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["ann_correct", "bob_subtracts"]
+
+
 def test_collect_reads_folders_and_reports_unknown(course, tmp_path):
     write_class(course, tmp_path / "cls")
     (tmp_path / "cls" / "zed" / "99_unknown").mkdir(parents=True)

@@ -1,0 +1,199 @@
+"""Every lesson against the grader: solutions run and score full marks, fresh lessons score zero,
+lessons/ and the demo class are in sync, and each demo student gets its catalogued score and hint.
+
+The class (demo students + each solution + each fresh lesson) is graded once per session through
+the command line, from a zip with a wrapping folder as an LMS exports it.
+"""
+import csv
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder.build import check_build
+from autograder.check import check_notebook
+from autograder.collect import collect
+from autograder.config import KERNEL_ARGS, list_assignments
+from autograder.demo import check_demo, load_catalog
+from autograder.grade import BASE_COLUMNS, DEMO_SUBMISSIONS
+
+REPO = Path(__file__).resolve().parent.parent
+ASSIGNMENTS = list_assignments(REPO)
+CATALOG = load_catalog()
+SOLUTION, FRESH = "zz_solution", "zz_fresh_lesson"     # extra students added to the graded class
+DEMO_CASES = [(a, s) for a, cat in CATALOG.items() for s in cat["students"]]
+
+pytestmark = pytest.mark.slow
+
+
+def notebooks(folder: Path) -> list:
+    return sorted(folder.glob("*.ipynb"))
+
+
+def page_text(path: Path) -> str:
+    """The visible text of an HTML page: tags dropped, entities decoded (code highlighting
+    splits a line into many <span>s, so raw HTML would hide a leaked line from a search)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+
+
+def hidden_lines(solution: Path, lesson: Path) -> list:
+    """Lines between BEGIN/END HIDDEN TESTS that are not also visible in the released lesson."""
+    visible = {ln.strip() for c in nbformat.read(lesson, as_version=4).cells
+               for ln in c.source.splitlines()}
+    found, inside = [], False
+    for cell in nbformat.read(solution, as_version=4).cells:
+        for line in cell.source.splitlines():
+            if "BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and len(line.strip()) >= 12 and line.strip() not in visible:
+                found.append(line.strip())
+    return found
+
+
+def visible_test_lines(lesson: Path) -> list:
+    """Code lines of the released lesson's autograded test cells (at least 12 characters)."""
+    return [ln.strip() for c in nbformat.read(lesson, as_version=4).cells
+            if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"
+            and not c.metadata["nbgrader"].get("solution")
+            for ln in c.source.splitlines() if len(ln.strip()) >= 12]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Run `python -m autograder grade CLASS.zip --out DIR` once; return (out, stdout, rows)."""
+    tmp = tmp_path_factory.mktemp("class")
+    cls = tmp / "export" / "course_export_2026"
+    shutil.copytree(DEMO_SUBMISSIONS, cls)
+    for a in ASSIGNMENTS:
+        for nb in notebooks(REPO / "solutions" / a):
+            for student, src in [(SOLUTION, nb), (FRESH, REPO / "lessons" / a / nb.name)]:
+                (cls / student / a).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, cls / student / a / nb.name)
+    zpath = tmp / "class.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for f in sorted((tmp / "export").rglob("*")):
+            zf.write(f, f.relative_to(tmp / "export").as_posix())
+    out = tmp / "out"
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(zpath), "--out",
+                           str(out), "--no-progress"], cwd=REPO, capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(out / "grades.csv") as f:
+        rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
+    return out, proc.stdout, rows
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_runs_top_to_bottom_in_full_mode(assignment, tmp_path):
+    """Full size, as a student runs it (not grading), in a copy so nothing lands in the repo."""
+    folder = Path(shutil.copytree(REPO / "solutions" / assignment, tmp_path / assignment))
+    env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
+    for path in notebooks(folder):
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=600, kernel_name="python3", extra_arguments=list(KERNEL_ARGS),
+                       resources={"metadata": {"path": str(folder)}}).execute(env=env)
+
+
+def test_lessons_are_in_sync_with_solutions():
+    assert check_build(REPO) == [], "run `python -m autograder build` and commit lessons/"
+
+
+def test_demo_class_is_in_sync_with_catalogue():
+    assert check_demo(REPO) == [], "run `python -m autograder demo` and commit the submissions"
+
+
+def test_default_class_is_the_demo_class():
+    found = {(s.assignment, s.student) for s in collect(DEMO_SUBMISSIONS, ASSIGNMENTS, Path("."))}
+    assert found == set(DEMO_CASES)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_scores_full_marks_and_fresh_lesson_zero(graded, assignment):
+    _, _, rows = graded
+    solution, fresh = rows[(SOLUTION, assignment)], rows[(FRESH, assignment)]
+    assert float(solution["max_score"]) > 0
+    assert float(solution["score"]) == float(solution["max_score"]), solution
+    assert float(fresh["score"]) == 0, fresh
+    assert solution["status"] == fresh["status"] == "graded"
+
+
+@pytest.mark.parametrize("assignment, student", DEMO_CASES)
+def test_demo_student_gets_catalogued_score_and_hints(graded, assignment, student):
+    out, _, rows = graded
+    expect = CATALOG[assignment]["students"][student]["expect"]
+    row = rows[(student, assignment)]
+    assert (float(row["score"]), float(row["max_score"])) == (expect["score"], expect["max_score"])
+    for grade_id, hint in expect["hints"].items():
+        assert float(row[grade_id]) == 0, f"{student}: {grade_id} should fail"
+    feedback = out / "feedback" / student / assignment / CATALOG[assignment]["notebook"].replace(
+        ".ipynb", ".html")
+    text = page_text(feedback)
+    for grade_id, hint in expect["hints"].items():
+        assert hint in text, f"{student}: hint for {grade_id} missing from the feedback"
+    # The failing test's hint is in its own cell's output in the autograded notebook.
+    autograded = nbformat.read(out / "work" / "autograded" / student / assignment /
+                               CATALOG[assignment]["notebook"], as_version=4)
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in autograded.cells}
+    for grade_id, hint in expect["hints"].items():
+        errors = [o for o in cells[grade_id].outputs if o.output_type == "error"]
+        assert errors and hint in f"{errors[0].ename}: {errors[0].evalue}", (student, grade_id)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_no_hidden_test_in_any_feedback(graded, assignment):
+    out, _, _ = graded
+    for solution in notebooks(REPO / "solutions" / assignment):
+        hidden = hidden_lines(solution, REPO / "lessons" / assignment / solution.name)
+        assert hidden, "expected hidden tests in the solution notebook"
+        visible = visible_test_lines(REPO / "lessons" / assignment / solution.name)
+        pages = sorted((out / "feedback").glob(f"*/{assignment}/{solution.stem}.html"))
+        assert len(pages) >= 2
+        for page in pages:
+            text = page_text(page)
+            leaked = [ln for ln in hidden if ln in text]
+            assert not leaked, f"{page}: hidden test lines in feedback: {leaked[:3]}"
+            # The search can find code: the visible test lines are there, found the same way.
+            assert all(ln in text for ln in visible), f"{page}: visible tests not found"
+
+
+def test_table_and_grades_csv(graded):
+    out, stdout, rows = graded
+    header = stdout.splitlines()[0].split()
+    assert header == ["student", "assignment", "score", "status"]
+    for (student, assignment), row in rows.items():
+        assert re.search(rf"^{re.escape(student)}\s+{assignment}\s+"
+                         rf"{float(row['score']):g}/{float(row['max_score']):g}\s", stdout, re.M)
+    with open(out / "grades.csv") as f:
+        assert next(csv.reader(f))[:len(BASE_COLUMNS)] == BASE_COLUMNS
+    assert len(rows) == len(DEMO_CASES) + 2 * len(ASSIGNMENTS)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_check_passes_the_solution(assignment):
+    for solution in notebooks(REPO / "solutions" / assignment):
+        results = check_notebook(solution)
+        assert results and all(r.passed for r in results), results
+
+
+@pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if a in CATALOG])
+def test_check_shows_the_hint_of_a_wrong_answer(assignment, capsys):
+    from autograder.cli import main
+    students = CATALOG[assignment]["students"]
+    student = next(s for s, spec in students.items()
+                   if spec["expect"]["hints"] and spec["expect"]["score"] > 0)
+    [(grade_id, hint)] = list(students[student]["expect"]["hints"].items())[:1]
+    nb = DEMO_SUBMISSIONS / student / assignment / CATALOG[assignment]["notebook"]
+    assert main(["check", str(nb)]) == 1
+    report = capsys.readouterr().out
+    line = next(ln for ln in report.splitlines() if ln.startswith("FAIL") and grade_id in ln)
+    assert hint in line
