@@ -1,5 +1,6 @@
 """`grade`: grade a class with nbgrader in a private work folder; write grades.csv and feedback."""
 import csv
+import re
 import shutil
 import warnings
 from dataclasses import dataclass, field
@@ -34,9 +35,13 @@ class Result:
     feedback: list = field(default_factory=list)    # paths of the HTML feedback files
 
 
-def _last_line(text: str) -> str:
+def _reason(text: str) -> str:
+    """The final exception of a traceback, one line: 'NbGraderException: ...' (200 chars)."""
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "(no message)"
+    starts = [i for i, ln in enumerate(lines) if re.match(r"^[\w.]+(Error|Exception): ", ln)]
+    picked = lines[starts[-1]:] if starts else lines[-1:]
+    reason = re.sub(r"^(\w+\.)+", "", " ".join(picked))   # a.b.NbGraderException -> NbGraderException
+    return (reason or "(no message)")[:200]
 
 
 def _grade_cells(notebook: Path) -> list:
@@ -87,7 +92,8 @@ def grade_submission(api, work: Path, sub, expected: list, out: Path) -> Result:
         return res
     auto = api.autograde(sub.assignment, sub.student, force=True, create=True)
     if not auto["success"]:
-        res.status = "error: autograde failed: " + _last_line(auto.get("error") or auto.get("log"))
+        res.status = "error: autograde failed, grade by hand: " + _reason(auto.get("error")
+                                                                        or auto.get("log"))
         return res
     with Gradebook(api.coursedir.db_url) as gb:
         try:
@@ -101,7 +107,7 @@ def grade_submission(api, work: Path, sub, expected: list, out: Path) -> Result:
             notes.append("needs manual grading")
     fb = api.generate_feedback(sub.assignment, sub.student, force=True)
     if not fb["success"]:
-        notes.append("feedback failed: " + _last_line(fb.get("error")))
+        notes.append("feedback failed: " + _reason(fb.get("error")))
     src = work / "feedback" / sub.student / sub.assignment
     dst = out / "feedback" / sub.student / sub.assignment
     for html in sorted(src.glob("*.html")):

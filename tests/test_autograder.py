@@ -30,6 +30,8 @@ STUDENTS = {
     "dan_raises": ({"add": ADD_SOLUTION, "mul": RAISING_MUL}, NOTEBOOK, 2,
                    {"test_mul": "student bug"}),
     "eve_renamed": ({"add": ADD_SOLUTION, "mul": MUL_SOLUTION}, "Copy of toy (1).ipynb", 5, {}),
+    # nbgrader 0.9.6 refuses a notebook with a duplicated graded cell (issue 7 will repair it)
+    "fay_duplicated_cell": ("duplicate", NOTEBOOK, 0, {}),
 }
 
 
@@ -47,6 +49,12 @@ def write_class(course: Path, dest: Path) -> Path:
         path.parent.mkdir(parents=True)
         if answers is None:
             path.write_text('{"cells": [ broken')
+        elif answers == "duplicate":
+            nb = student_notebook(lesson, {"add": ADD_SOLUTION, "mul": MUL_SOLUTION})
+            copy = nbformat.from_dict(json.loads(json.dumps(nb.cells[2])))   # the "add" cell
+            copy.id = "duplicate-of-add"
+            nb.cells.insert(2, copy)
+            nbformat.write(nb, path)
         else:
             nbformat.write(student_notebook(lesson, answers), path)
     return dest
@@ -94,6 +102,7 @@ def test_each_student_gets_expected_score_and_status(graded):
         assert results[student].score == score, (student, results[student])
         assert results[student].max_score == 5
     assert results["a_broken_json"].status.startswith("rejected: ")
+    assert results["fay_duplicated_cell"].status.startswith("error: autograde failed")
     assert "renamed 'Copy of toy (1).ipynb'" in results["eve_renamed"].status
     assert results["dan_raises"].exercises == {"test_add": 2, "test_mul": 0}
     table = format_table(list(results.values()))
@@ -104,7 +113,7 @@ def test_feedback_has_hints_and_no_hidden_tests(graded):
     results, out = graded
     for student, (answers, _, _, hints) in STUDENTS.items():
         html = out / "feedback" / student / ASSIGNMENT / "toy.html"
-        if answers is None:
+        if answers in (None, "duplicate"):
             assert not html.exists()
             continue
         text = html.read_text()
