@@ -1,4 +1,4 @@
-"""Token mixers x (B, T, dim) -> (B, T, dim): linear attention, decay-gated, DeltaNet, Gated DeltaNet."""
+"""Token mixers x (B, T, dim) -> (B, T, dim): linear attention, decay-gated, DeltaNet, Gated DeltaNet, conv, LSTM."""
 import math
 
 import torch
@@ -9,7 +9,7 @@ from .ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_at
 from .transformer import Attention as SoftmaxAttention
 
 __all__ = ["SoftmaxAttention", "LinearAttention", "DecayLinearAttention", "DeltaNet", "GatedDeltaNet",
-           "retnet_gammas"]
+           "retnet_gammas", "CausalConv", "LSTMMixer", "lstm_hidden"]
 
 # Softmax attention, the mixer every other one is compared with, is mlexp.transformer.Attention
 # (dim, n_heads, n_kv_heads; RoPE, MHA/GQA/MQA), re-exported above as SoftmaxAttention so that a
@@ -169,3 +169,71 @@ class GatedDeltaNet(DeltaNet):
                                 normalize_qk=True)
         return self._merge(_head_rms_norm(o))
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The two mixers lesson 00 compares with attention: a causal convolution and an LSTM
+# ---------------------------------------------------------------------------------------------
+
+
+class CausalConv(nn.Module):
+    """Causal convolution over time: output t mixes the inputs t-k+1 .. t, with k = kernel_size.
+
+    A full (not depthwise) Conv1d from dim to dim channels, applied after k-1 zeros are padded on
+    the left of the sequence, so no output sees a later input and the first outputs see zeros
+    where the sequence has no past. dim^2 k parameters (16,384 at dim 64, k 4: the same as an
+    attention mixer's four dim x dim projections). L stacked layers reach L(k-1)+1 positions.
+    Source: causal convolutions of WaveNet (van den Oord et al. 2016, arXiv:1609.03499).
+    forward: x (B, T, dim) -> (B, T, dim). Raises ValueError for kernel_size < 1 or a wrong shape.
+    """
+
+    def __init__(self, dim, kernel_size=4, bias=False):
+        super().__init__()
+        if kernel_size < 1:
+            raise ValueError(f"kernel_size must be at least 1; got {kernel_size}")
+        self.dim, self.kernel_size = dim, kernel_size
+        self.conv = nn.Conv1d(dim, dim, kernel_size, bias=bias)
+
+    def forward(self, x):
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"CausalConv expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
+        y = F.pad(x.transpose(1, 2), (self.kernel_size - 1, 0))  # (B, dim, T) -> (B, dim, k-1 + T)
+        return self.conv(y).transpose(1, 2)                        # (B, dim, T) -> (B, T, dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, kernel_size={self.kernel_size}"
+
+
+def lstm_hidden(dim, ratio=0.56):
+    """Hidden width of the parameter-matched LSTM mixer: int(ratio * dim) (35 at dim 64)."""
+    return int(ratio * dim)
+
+
+class LSTMMixer(nn.Module):
+    """A one-layer LSTM over time with a narrower hidden state, then a projection back to dim.
+
+    An LSTM of hidden width h = lstm_hidden(dim) = int(0.56 dim) has 4h(dim + h) weights and two
+    bias vectors of 4h (PyTorch's b_ih and b_hh); the output projection adds h x dim. At dim 64,
+    h = 35: 13,860 + 280 + 2,240 = 16,380 parameters against attention's 16,384, so an LSTM
+    model and an attention model of the same skeleton have (almost) the same size.
+    Source: Hochreiter & Schmidhuber 1997 (LSTM); PyTorch nn.LSTM's gate equations.
+    forward: x (B, T, dim) float -> (B, T, dim); the state starts at zero for every sequence.
+    """
+
+    def __init__(self, dim, hidden=None):
+        super().__init__()
+        hidden = lstm_hidden(dim) if hidden is None else hidden
+        if hidden < 1:
+            raise ValueError(f"hidden must be at least 1; got {hidden}")
+        self.dim, self.hidden = dim, hidden
+        self.lstm = nn.LSTM(dim, hidden, batch_first=True)
+        self.out_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"LSTMMixer expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
+        h, _ = self.lstm(x)                                        # (B, T, dim) -> (B, T, hidden)
+        return self.out_proj(h)                                    # (B, T, hidden) -> (B, T, dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, hidden={self.hidden}"
