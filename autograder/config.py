@@ -6,8 +6,9 @@ from pathlib import Path
 
 from traitlets.config import Config
 
-__all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root", "list_assignments",
-           "apply_course_settings", "ensure_venv_on_path", "new_gradebook", "work_config"]
+__all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root",
+           "list_assignments", "apply_course_settings", "ensure_venv_on_path", "new_gradebook",
+           "work_config"]
 
 # A graded submission runs its experiments at token size (mlexp.budget), so a cell that needs
 # more than a minute is stuck (an endless loop, a full-size training run) rather than slow.
@@ -22,7 +23,7 @@ FEEDBACK_PREPROCESSORS = [
 ]
 
 # ipykernel 7 warns on stderr at every start that its local TCP sockets are unencrypted; for a
-# batch of kernels that line is noise (isolation is a separate matter, see the README).
+# batch of kernels that line is noise (sandboxing each student is a separate step, issue 7).
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent

@@ -123,8 +123,9 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
 
     Writes ``out/grades.csv`` and ``out/feedback/<student>/<assignment>/<notebook>.html``;
     nbgrader's course folder and gradebook live in ``out/work`` (rebuilt on every run, so
-    re-running is safe). ``timeout`` is the per-cell limit in seconds. Returns the Results in
-    the order found. Raises FileNotFoundError / ValueError when ``submissions`` holds no class.
+    re-running is safe). ``timeout`` is the per-cell limit in seconds. Returns the Results
+    sorted by assignment, then student. Raises FileNotFoundError / ValueError when
+    ``submissions`` holds no class.
     """
     root, out = Path(root), Path(out)
     submissions = DEMO_SUBMISSIONS if submissions is None else Path(submissions)
@@ -134,7 +135,8 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     work.mkdir(parents=True)
     if (out / "feedback").exists():
         shutil.rmtree(out / "feedback")
-    subs = collect(submissions, list_assignments(root), work / "incoming")
+    subs = sorted(collect(submissions, list_assignments(root), work / "incoming"),
+                  key=lambda s: (s.assignment, s.student))
     needed = sorted({s.assignment for s in subs if not s.problem})
     release = generate_release(root, needed, work)
     expected = {a: sorted(p.name for p in (release / a).glob("*.ipynb")) for a in needed}
