@@ -1,8 +1,8 @@
 """Every lesson against the grader: solutions run and score full marks, fresh lessons score zero,
 lessons/ and the demo class are in sync, and each demo student gets its catalogued score and hint.
 
-The class (demo students + each solution + each fresh lesson) is graded once per session through
-the command line, from a zip with a wrapping folder as an LMS exports it.
+Each lesson's class (its demo students + the solution + the fresh lesson) is graded once per
+session through the command line, from a zip with a wrapping folder as an LMS exports it.
 """
 import csv
 import html
@@ -68,17 +68,17 @@ def visible_test_lines(lesson: Path) -> list:
             for ln in c.source.splitlines() if len(ln.strip()) >= 12]
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Run `python -m autograder grade CLASS.zip --out DIR` once; return (out, stdout, rows)."""
-    tmp = tmp_path_factory.mktemp("class")
+def grade_class_zip(assignment: str, tmp: Path):
+    """Run `python -m autograder grade CLASS.zip --out DIR` on one lesson's class; return
+    (out, stdout, rows). The class: its demo students, the solution and the fresh lesson."""
     cls = tmp / "export" / "course_export_2026"
-    shutil.copytree(DEMO_SUBMISSIONS, cls)
-    for a in ASSIGNMENTS:
-        for nb in notebooks(REPO / "solutions" / a):
-            for student, src in [(SOLUTION, nb), (FRESH, REPO / "lessons" / a / nb.name)]:
-                (cls / student / a).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, cls / student / a / nb.name)
+    for student_dir in sorted(DEMO_SUBMISSIONS.iterdir()):
+        if (student_dir / assignment).is_dir():
+            shutil.copytree(student_dir / assignment, cls / student_dir.name / assignment)
+    for nb in notebooks(REPO / "solutions" / assignment):
+        for student, src in [(SOLUTION, nb), (FRESH, REPO / "lessons" / assignment / nb.name)]:
+            (cls / student / assignment).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, cls / student / assignment / nb.name)
     zpath = tmp / "class.zip"
     with zipfile.ZipFile(zpath, "w") as zf:
         for f in sorted((tmp / "export").rglob("*")):
@@ -91,6 +91,19 @@ def graded(tmp_path_factory):
     with open(out / "grades.csv") as f:
         rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
     return out, proc.stdout, rows
+
+
+@pytest.fixture(scope="module")
+def graded_lessons(tmp_path_factory):
+    """graded_lessons(assignment) grades that lesson's class on first use, then reuses it, so
+    `pytest -k 01_running_sum` grades lesson 01 only and a full run grades each lesson once."""
+    cache = {}
+
+    def get(assignment):
+        if assignment not in cache:
+            cache[assignment] = grade_class_zip(assignment, tmp_path_factory.mktemp(assignment))
+        return cache[assignment]
+    return get
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -118,8 +131,8 @@ def test_default_class_is_the_demo_class():
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_solution_scores_full_marks_and_fresh_lesson_zero(graded, assignment):
-    _, _, rows = graded
+def test_solution_scores_full_marks_and_fresh_lesson_zero(graded_lessons, assignment):
+    _, _, rows = graded_lessons(assignment)
     solution, fresh = rows[(SOLUTION, assignment)], rows[(FRESH, assignment)]
     assert float(solution["max_score"]) > 0
     assert float(solution["score"]) == float(solution["max_score"]), solution
@@ -128,8 +141,8 @@ def test_solution_scores_full_marks_and_fresh_lesson_zero(graded, assignment):
 
 
 @pytest.mark.parametrize("assignment, student", DEMO_CASES)
-def test_demo_student_gets_catalogued_score_and_hints(graded, assignment, student):
-    out, _, rows = graded
+def test_demo_student_gets_catalogued_score_and_hints(graded_lessons, assignment, student):
+    out, _, rows = graded_lessons(assignment)
     expect = CATALOG[assignment]["students"][student]["expect"]
     row = rows[(student, assignment)]
     assert (float(row["score"]), float(row["max_score"])) == (expect["score"], expect["max_score"])
@@ -150,8 +163,8 @@ def test_demo_student_gets_catalogued_score_and_hints(graded, assignment, studen
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_no_hidden_test_in_any_feedback(graded, assignment):
-    out, _, _ = graded
+def test_no_hidden_test_in_any_feedback(graded_lessons, assignment):
+    out, _, _ = graded_lessons(assignment)
     for solution in notebooks(REPO / "solutions" / assignment):
         hidden = hidden_lines(solution, REPO / "lessons" / assignment / solution.name)
         assert hidden, "expected hidden tests in the solution notebook"
@@ -166,8 +179,9 @@ def test_no_hidden_test_in_any_feedback(graded, assignment):
             assert all(ln in text for ln in visible), f"{page}: visible tests not found"
 
 
-def test_table_and_grades_csv(graded):
-    out, stdout, rows = graded
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_table_and_grades_csv(graded_lessons, assignment):
+    out, stdout, rows = graded_lessons(assignment)
     header = stdout.splitlines()[0].split()
     assert header == ["student", "assignment", "score", "status"]
     for (student, assignment), row in rows.items():
@@ -175,7 +189,8 @@ def test_table_and_grades_csv(graded):
                          rf"{float(row['score']):g}/{float(row['max_score']):g}\s", stdout, re.M)
     with open(out / "grades.csv") as f:
         assert next(csv.reader(f))[:len(BASE_COLUMNS)] == BASE_COLUMNS
-    assert len(rows) == len(DEMO_CASES) + 2 * len(ASSIGNMENTS)
+    demo = [s for a, s in DEMO_CASES if a == assignment]
+    assert sorted(student for student, _ in rows) == sorted(demo + [SOLUTION, FRESH])
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
