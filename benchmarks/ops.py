@@ -11,7 +11,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from mlexp.ops import gated_linear_attention, linear_attention
+from mlexp.ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_attention
 
 
 def timeit(fn, device, repeats=5, warmup=1):
@@ -34,6 +34,28 @@ def qkv(B, H, T, D, device, grad=False, dtype=torch.float32):
     q, k, v = (torch.randn(B, H, T, D, device=device, dtype=dtype) for _ in range(3))
     q, k = F.elu(q) + 1, F.elu(k) + 1
     return [x.requires_grad_(grad) for x in (q, k, v)]
+
+
+def family_inputs(B, H, T, D, device, grad=False, dtype=torch.float32):
+    """Inputs for every op of the family: q, k, v as in :func:`qkv`, unit keys for the delta rule,
+    beta in (0, 1), and log-decays g per head and token (B, H, T) and per key channel (B, H, T, D)."""
+    q, k, v = qkv(B, H, T, D, device, dtype=dtype)
+    k_unit = F.normalize(torch.randn(B, H, T, D, device=device, dtype=dtype), dim=-1)
+    beta = torch.sigmoid(torch.randn(B, H, T, device=device, dtype=dtype))
+    g = F.logsigmoid(torch.randn(B, H, T, device=device, dtype=dtype) + 3)
+    g_ch = F.logsigmoid(torch.randn(B, H, T, D, device=device, dtype=dtype) + 3)
+    xs = dict(q=q, k=k, v=v, k_unit=k_unit, beta=beta, g=g, g_ch=g_ch)
+    return {n: x.requires_grad_(grad) for n, x in xs.items()}
+
+
+# The four public ops, each called the same way: fn(impl, inputs dict, chunk size).
+FAMILY = {
+    "linear": lambda impl, x, C: linear_attention(x["q"], x["k"], x["v"], impl=impl, chunk_size=C),
+    "gated (scalar g)": lambda impl, x, C: gated_linear_attention(x["q"], x["k"], x["v"], x["g"], impl=impl, chunk_size=C),
+    "gated (channel g)": lambda impl, x, C: gated_linear_attention(x["q"], x["k"], x["v"], x["g_ch"], impl=impl, chunk_size=C),
+    "delta_rule": lambda impl, x, C: delta_rule(x["q"], x["k_unit"], x["v"], x["beta"], impl=impl, chunk_size=C),
+    "gated_delta_rule": lambda impl, x, C: gated_delta_rule(x["q"], x["k_unit"], x["v"], x["beta"], x["g"], impl=impl, chunk_size=C),
+}
 
 
 def fwd_bwd(op):
@@ -112,6 +134,20 @@ def cpu_tables(a, device):
         results[T]["frac"] = rate / mm
         print(f"{T:>6} {rate / 1e9:>14.1f} {rate / mm:>9.0%} {rate / mm_tile:>14.0%}")
 
+    T = a.family_T
+    print(f"\n## every op at T={T}: chunkwise vs recurrent, forward and forward+backward")
+    print(f"{'op':>18} {'rec fwd ms':>11} {'chunk fwd ms':>13} {'fwd x':>7} {'rec f+b ms':>11} {'chunk f+b ms':>13} {'f+b x':>7}")
+    for name, op in FAMILY.items():
+        row = []
+        for grad in (False, True):
+            x = family_inputs(B, H, T, D, device, grad=grad)
+            wrap = fwd_bwd if grad else (lambda f: f)
+            rec = timeit(wrap(lambda: op("recurrent", x, C)), device, repeats=2, warmup=0)
+            chunk = timeit(wrap(lambda: op("chunk", x, C)), device)
+            row += [rec, chunk]
+        print(f"{name:>18} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>13.2f} {row[0] / row[1]:>7.1f} "
+              f"{row[2] * 1e3:>11.1f} {row[3] * 1e3:>13.2f} {row[2] / row[3]:>7.1f}")
+
     if 2048 in results:
         r = results[2048]
         ok = r["fwd_speedup"] >= 20 and r["frac"] >= 0.30
@@ -120,17 +156,22 @@ def cpu_tables(a, device):
 
 
 def _fla_ops():
-    """fla's chunk kernels as callables on (B, H, T, D) tensors, or the reason they are missing."""
+    """fla's chunk kernels as callables taking our inputs dict (B, H, T, D), or the reason they are missing."""
     try:
+        from fla.ops.delta_rule import chunk_delta_rule
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
         from fla.ops.gla import chunk_gla
         from fla.ops.simple_gla import chunk_simple_gla
     except Exception as e:                                       # noqa: BLE001 - any import failure means skip
         return None, f"{type(e).__name__}: {e}"
     t = lambda x: x.transpose(1, 2)                               # fla takes (B, T, H, D)  # noqa: E731
     return {
-        "linear": lambda q, k, v, g: chunk_simple_gla(t(q), t(k), t(v), scale=1.0)[0],
-        "scalar": lambda q, k, v, g: chunk_simple_gla(t(q), t(k), t(v), g=t(g), scale=1.0)[0],
-        "channel": lambda q, k, v, g: chunk_gla(t(q), t(k), t(v), g=t(g), scale=1.0)[0],
+        "linear": lambda x: chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), scale=1.0)[0],
+        "gated (scalar g)": lambda x: chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), g=t(x["g"]), scale=1.0)[0],
+        "gated (channel g)": lambda x: chunk_gla(t(x["q"]), t(x["k"]), t(x["v"]), g=t(x["g_ch"]), scale=1.0)[0],
+        "delta_rule": lambda x: chunk_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["beta"]), scale=1.0)[0],
+        "gated_delta_rule": lambda x: chunk_gated_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["g"]),
+                                                             t(x["beta"]), scale=1.0)[0],
     }, None
 
 
@@ -140,25 +181,18 @@ def cuda_tables(a, device):
     print(f"\n## CUDA ({torch.cuda.get_device_name()}): B={B}, H={H}, head_dim={D}, bfloat16 inputs")
     fla, why = _fla_ops()
     print("fla: " + ("found, its chunk kernels are timed too" if fla else f"not importable ({why}), skipped"))
-    ops = {
-        "linear": lambda impl, q, k, v, g: linear_attention(q, k, v, impl=impl, chunk_size=C),
-        "scalar": lambda impl, q, k, v, g: gated_linear_attention(q, k, v, g, impl=impl, chunk_size=C),
-        "channel": lambda impl, q, k, v, g: gated_linear_attention(q, k, v, g, impl=impl, chunk_size=C),
-    }
-    print(f"{'op':>8} {'T':>6} {'pass':>5} {'chunk ms':>9} {'triton ms':>10} {'chunk/triton':>13} {'fla ms':>8} {'fla/triton':>11}")
-    for name, op in ops.items():
+    print(f"{'op':>18} {'T':>6} {'pass':>5} {'chunk ms':>9} {'triton ms':>10} {'chunk/triton':>13} {'fla ms':>8} {'fla/triton':>11}")
+    for name, op in FAMILY.items():
         for T in a.T:
             for mode in ("fwd", "f+b"):
-                q, k, v = qkv(B, H, T, D, device, grad=mode == "f+b", dtype=torch.bfloat16)
-                gshape = (B, H, T, D) if name == "channel" else (B, H, T)
-                g = F.logsigmoid(torch.randn(gshape, device=device) + 3).requires_grad_(mode == "f+b")
+                x = family_inputs(B, H, T, D, device, grad=mode == "f+b", dtype=torch.bfloat16)
                 wrap = fwd_bwd if mode == "f+b" else (lambda f: f)
-                times = {impl: timeit(wrap(lambda impl=impl: op(impl, q, k, v, g)), device) for impl in ("chunk", "triton")}
-                line = (f"{name:>8} {T:>6} {mode:>5} {times['chunk'] * 1e3:>9.2f} {times['triton'] * 1e3:>10.2f} "
+                times = {impl: timeit(wrap(lambda impl=impl: op(impl, x, C)), device) for impl in ("chunk", "triton")}
+                line = (f"{name:>18} {T:>6} {mode:>5} {times['chunk'] * 1e3:>9.2f} {times['triton'] * 1e3:>10.2f} "
                         f"{times['chunk'] / times['triton']:>13.2f}")
                 if fla:
                     try:
-                        f_t = timeit(wrap(lambda: fla[name](q, k, v, g)), device)
+                        f_t = timeit(wrap(lambda: fla[name](x)), device)
                         line += f" {f_t * 1e3:>8.2f} {f_t / times['triton']:>11.2f}"
                     except Exception as e:                       # noqa: BLE001 - report and go on
                         line += f" fla failed: {type(e).__name__}"
@@ -174,6 +208,7 @@ def main():
     p.add_argument("--chunk", type=int, default=64, help="chunk size C")
     p.add_argument("--recurrent-max", type=int, default=2048, help="longest T the recurrent forward is run at")
     p.add_argument("--recurrent-bwd-max", type=int, default=1024, help="longest T the recurrent forward+backward is run at")
+    p.add_argument("--family-T", type=int, default=2048, help="T of the every-op table")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice); 1 gives steadier numbers on a busy machine")
     p.add_argument("--matmul-n", type=int, default=1024, help="size of the square matmul giving the reference FLOP/s")
