@@ -1,0 +1,225 @@
+"""Each lesson's setup cell: static rules, and a run in a simulated Colab and in a local checkout.
+
+The simulated Colab is a python started with -S (no site-packages, so no editable install of
+this checkout) in an empty folder outside the repository, whose sys.path is:
+a stub folder (a fake ``google.colab`` and a fake ``pip`` that records its arguments and
+"installs" from this checkout instead of the network), an empty site folder the stub installs
+into, and the course venv's site-packages seen through symlinks, without mlexp (and without
+tqdm in the "tqdm missing" case).
+"""
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("lesson_cells", REPO / "scripts" / "lesson_cells.py")
+lesson_cells = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lesson_cells)
+
+LESSON_IDS = list(lesson_cells.LESSONS)
+KEEP_RE = re.compile(r"\b(" + "|".join(lesson_cells.COLAB_KEEPS) + r")\b")
+TEST_REPO = "test-owner/test-course"
+
+
+def _setup_cell(kind: str, lesson_id: str):
+    nb = nbformat.read(REPO / kind / lesson_id / f"{lesson_id}.ipynb", as_version=4)
+    cells = [c for c in nb.cells if c.get("id") == lesson_cells.SETUP_ID]
+    assert cells, f"{kind}/{lesson_id}: no cell with id '{lesson_cells.SETUP_ID}'; run scripts/lesson_cells.py"
+    return nb, cells[0]
+
+
+def _string_literals(source: str) -> list:
+    return [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+@pytest.mark.parametrize("kind", ["solutions", "lessons"])
+@pytest.mark.parametrize("lesson_id", LESSON_IDS)
+def test_setup_cell_follows_the_rules(kind, lesson_id):
+    nb, cell = _setup_cell(kind, lesson_id)
+    assert nb.cells.index(cell) == 1, "the setup cell must come right after the introduction"
+    assert cell.source == lesson_cells.SETUP_SOURCE, "stale setup cell: run scripts/lesson_cells.py, then build"
+    literals = _string_literals(cell.source)
+    # Nothing that Colab already has is ever named in a string the cell could pass to pip.
+    assert not [s for s in literals if KEEP_RE.search(s)], "the setup cell names a package Colab keeps"
+    assert not [s for s in literals if s in ("-U", "--upgrade", "--force-reinstall", "--ignore-installed")]
+    # The course is installed with --no-deps, in the same call as the repository URL.
+    calls = [ln for ln in cell.source.splitlines() if "git+https://github.com/" in ln]
+    assert calls and all("--no-deps" in ln for ln in calls), calls
+    small = ast.literal_eval(re.search(r"^SMALL_DEPS = (\{.*?\})", cell.source, re.M).group(1))
+    assert small and not [r for r in small.values() if KEEP_RE.search(r)], small
+    # It checks with importlib before installing a small dependency.
+    assert "importlib.util.find_spec(name) is None" in cell.source
+    # Colab detection and the checkout search.
+    assert '"google.colab" in sys.modules' in cell.source and '(p / "mlexp" / "__init__.py")' in cell.source
+
+
+def test_readme_and_intros_link_to_colab():
+    readme = (REPO / "README.md").read_text()
+    for lesson_id in LESSON_IDS:
+        url = lesson_cells.colab_url(lesson_id)
+        assert url.startswith("https://colab.research.google.com/github/")
+        assert url.endswith(f"/lessons/{lesson_id}/{lesson_id}.ipynb")
+        assert readme.count(url) == 1, f"README lacks the Colab link of {lesson_id}"
+        for kind in ("solutions", "lessons"):
+            nb = nbformat.read(REPO / kind / lesson_id / f"{lesson_id}.ipynb", as_version=4)
+            intro = nb.cells[0].source
+            assert lesson_cells.badge(lesson_id) in intro, f"{kind}/{lesson_id}: no Colab badge at the top"
+            for part in (*lesson_cells.REQUIRED_IN_INTRO, "**Time.**", "shared 2-core machine"):
+                assert part in intro, f"{kind}/{lesson_id}: the first cell lacks {part!r}"
+    assert lesson_cells.run(check=True) == 0, "run scripts/lesson_cells.py: notebooks or README are stale"
+
+
+# ---------------------------------------------------------------------------- simulated Colab
+STUB_PIP = '''
+"""Fake pip: record the arguments; install the course (or a small dependency) by copying."""
+import json, os, shutil, sys
+from pathlib import Path
+
+args = sys.argv[1:]
+with open(os.environ["SIM_PIP_LOG"], "a") as f:
+    f.write(json.dumps(args) + "\\n")
+site, repo, venv_site = (Path(os.environ[k]) for k in ("SIM_SITE", "SIM_REPO", "SIM_VENV_SITE"))
+for req in [a for a in args[1:] if not a.startswith("-")]:
+    if req.startswith("mlexp @ git+https://github.com/"):
+        for pkg in ("mlexp", "autograder"):
+            shutil.copytree(repo / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    elif req.split(">")[0].split("=")[0] == "tqdm":
+        shutil.copytree(venv_site / "tqdm", site / "tqdm")
+    else:
+        sys.exit(f"stub pip: no network here, cannot install {req!r}")
+'''
+
+RUNNER = '''
+import importlib.util, json, os, sys
+if os.environ["SIM_COLAB"] == "1":
+    import google.colab  # Colab imports it at kernel start
+report = {"mlexp_before": importlib.util.find_spec("mlexp") is not None}
+ns = {"__name__": "__main__"}
+try:
+    exec(compile(open(sys.argv[1]).read(), "setup-cell", "exec"), ns)
+    import mlexp, mlexp.kvcache
+    report["mlexp_file"] = mlexp.__file__
+    if os.environ.get("SIM_IMPORT_TORCH") == "1":
+        import torch, numpy, matplotlib, tqdm
+        report["kept"] = {m.__name__: m.__file__ for m in (torch, numpy, matplotlib, tqdm)}
+except Exception as exc:
+    report["error"] = f"{type(exc).__name__}: {exc}"
+print("REPORT " + json.dumps(report))
+'''
+
+
+def _venv_site() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import_torch=False) -> tuple:
+    """Run ``source`` as the setup cell in a simulated kernel; returns (report, pip calls)."""
+    colab_stub, pip_stub, site, visible, work = (
+        tmp_path / n for n in ("colab-stub", "pip-stub", "site", "venv-site", "work"))
+    for d in (colab_stub / "google" / "colab", pip_stub / "pip", site, visible, work):
+        d.mkdir(parents=True)
+    (colab_stub / "google" / "__init__.py").write_text("")
+    (colab_stub / "google" / "colab" / "__init__.py").write_text('"""Fake google.colab for tests."""\n')
+    (pip_stub / "pip" / "__init__.py").write_text("")
+    (pip_stub / "pip" / "__main__.py").write_text(textwrap.dedent(STUB_PIP))
+    venv_site = _venv_site()
+    hidden = ("mlexp", "autograder", "__editable__", "_distutils_hack", *hide)
+    for entry in venv_site.iterdir():
+        if not entry.name.startswith(hidden) and entry.suffix != ".pth":
+            (visible / entry.name).symlink_to(entry)
+    (tmp_path / "cell.py").write_text(source)
+    (tmp_path / "runner.py").write_text(RUNNER)
+    log = tmp_path / "pip.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    path = [colab_stub] * colab + [pip_stub, site, visible]
+    env.update(PYTHONPATH=os.pathsep.join(map(str, path)),
+               SIM_PIP_LOG=str(log), SIM_SITE=str(site), SIM_REPO=str(REPO), SIM_VENV_SITE=str(venv_site),
+               SIM_COLAB="1" if colab else "0", SIM_IMPORT_TORCH="1" if import_torch else "0",
+               PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-S", str(tmp_path / "runner.py"), str(tmp_path / "cell.py")],
+                          cwd=cwd or work, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert lines, f"the simulated kernel crashed:\n{proc.stdout}\n{proc.stderr}"
+    calls = [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
+    return json.loads(lines[-1][len("REPORT "):]), calls
+
+
+def _cell_for_a_published_repo(lesson_id: str) -> str:
+    """The lesson's setup cell as it will read once COURSE_REPO is set (it is a placeholder now)."""
+    source = _setup_cell("lessons", lesson_id)[1].source
+    return source.replace('COURSE_REPO = "OWNER/REPO"', f'COURSE_REPO = "{TEST_REPO}"')
+
+
+def _assert_nothing_kept_was_installed(calls):
+    for args in calls:
+        assert args[0] == "install", args
+        assert not [a for a in args if KEEP_RE.search(a)], f"pip was asked to install a package Colab keeps: {args}"
+        assert not {"-U", "--upgrade", "--force-reinstall"} & set(args), args
+
+
+@pytest.mark.parametrize("lesson_id", LESSON_IDS)
+def test_setup_cell_on_simulated_colab(tmp_path, lesson_id):
+    report, calls = _simulate(tmp_path, _cell_for_a_published_repo(lesson_id), import_torch=lesson_id == LESSON_IDS[0])
+    assert report["mlexp_before"] is False, "the simulation leaked the checkout's mlexp"
+    assert "error" not in report, report
+    assert Path(report["mlexp_file"]).is_relative_to(tmp_path / "site"), report
+    _assert_nothing_kept_was_installed(calls)
+    assert calls == [["install", "--quiet", "--no-deps", f"mlexp @ git+https://github.com/{TEST_REPO}@main"]]
+    for name, path in report.get("kept", {}).items():   # torch & co come from where they were
+        assert Path(path).resolve().is_relative_to(_venv_site().resolve()), (name, path)
+
+
+def test_setup_cell_adds_only_missing_small_deps(tmp_path):
+    report, calls = _simulate(tmp_path, _cell_for_a_published_repo(LESSON_IDS[1]), hide=("tqdm",), import_torch=True)
+    assert "error" not in report, report
+    _assert_nothing_kept_was_installed(calls)
+    assert [a for a in calls[0] if not a.startswith("-")] == ["install", "tqdm>=4.65"]
+    assert "--no-deps" in calls[1] and len(calls) == 2
+    assert Path(report["kept"]["tqdm"]).is_relative_to(tmp_path / "site")
+
+
+def test_setup_cell_uses_a_checkout_above_the_notebook(tmp_path):
+    report, calls = _simulate(tmp_path, _setup_cell("lessons", "01_running_sum")[1].source, colab=False,
+                              cwd=REPO / "lessons" / "01_running_sum")
+    assert "error" not in report, report
+    assert calls == [] and Path(report["mlexp_file"]).is_relative_to(REPO / "mlexp")
+
+
+def test_setup_cell_explains_what_to_do_elsewhere(tmp_path):
+    report, calls = _simulate(tmp_path, _setup_cell("lessons", "01_running_sum")[1].source, colab=False)
+    assert calls == [] and report["error"].startswith("ImportError: This lesson needs the course library")
+    if lesson_cells.COURSE_REPO == "OWNER/REPO":
+        report, calls = _simulate(tmp_path / "colab", _setup_cell("lessons", "01_running_sum")[1].source)
+        assert calls == [] and "COURSE_REPO is a placeholder" in report["error"]
+
+
+# ---------------------------------------------------------------------------- widgets
+# ipywidgets names present, with the same meaning, in both 7.7 (Colab) and 8.1 (JupyterLab 4).
+COMMON_WIDGETS = {"IntSlider", "FloatSlider", "IntRangeSlider", "FloatRangeSlider", "FloatLogSlider",
+                  "SelectionSlider", "Dropdown", "RadioButtons", "ToggleButtons", "Checkbox", "Button",
+                  "Text", "IntText", "FloatText", "Label", "HTML", "Output", "VBox", "HBox", "GridBox",
+                  "Layout", "Tab", "Accordion", "Play", "jslink", "link", "interactive", "interact", "fixed"}
+ONLY_ONE_VERSION_KWARGS = {"tooltip", "description_tooltip", "description_allow_html", "titles"}
+
+
+def test_widgets_use_api_common_to_ipywidgets_7_and_8():
+    tree = ast.parse((REPO / "mlexp" / "widgets.py").read_text())
+    used = {n.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "w"}
+    assert used, "mlexp/widgets.py no longer imports ipywidgets as w: update this test"
+    assert used <= COMMON_WIDGETS, f"not in both ipywidgets 7.7 and 8.1: {sorted(used - COMMON_WIDGETS)}"
+    kwargs = {k.arg for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords}
+    assert not kwargs & ONLY_ONE_VERSION_KWARGS, sorted(kwargs & ONLY_ONE_VERSION_KWARGS)
+    w = pytest.importorskip("ipywidgets")
+    assert all(hasattr(w, name) for name in used)
