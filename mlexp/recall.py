@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .mixers import LinearAttention
+from .mixers import DecayLinearAttention, DeltaNet, GatedDeltaNet, LinearAttention
 from .train import default_device
 from .transformer import Attention, TinyLM
 
@@ -232,23 +232,34 @@ class _ConvThenMixer(nn.Module):
 
 
 def recall_model(mixer, vocab_size, dim=64, n_layers=2, n_heads=1, head_dim=None, max_len=512):
-    """A TinyLM for recall tasks: ``mixer`` is "attention" (softmax, RoPE) or "linear".
+    """A TinyLM for recall tasks, every block a short convolution followed by ``mixer``.
 
+    ``mixer`` is one of "attention" (softmax, RoPE), "linear" (phi = elu + 1), "decay"
+    (data-dependent decay gate), "delta" (DeltaNet), "gated_delta" (Gated DeltaNet), or a callable
+    ``make_mixer(layer_index) -> nn.Module`` with the mixer interface (B, T, dim) -> (B, T, dim).
     Every block puts a short causal convolution (kernel 3) before its mixer, so that each model
     can bind a value to the key just before it; models then differ only in how a query finds
-    its pair (the short convolutions of H3, Based and Mamba play this role). For "linear",
-    ``head_dim`` sets the state size: n_heads states of head_dim x head_dim per layer
+    its pair (the short convolutions of H3, Based and Mamba play this role). For the recurrent
+    mixers ``head_dim`` sets the state size: n_heads states of head_dim x head_dim per layer
     (default dim // n_heads). Attention uses head_dim = dim // n_heads.
     Returns the model (forward: ids (B, T) -> logits (B, T, vocab_size)).
-    Raises ValueError for an unknown mixer.
+    Raises ValueError for an unknown mixer name.
     """
-    if mixer == "attention":
-        make = lambda i: _ConvThenMixer(dim, Attention(dim, n_heads, rope=True, max_len=max_len))
-    elif mixer == "linear":
-        make = lambda i: _ConvThenMixer(dim, LinearAttention(dim, n_heads, head_dim))
+    named = {
+        "attention": lambda i: Attention(dim, n_heads, rope=True, max_len=max_len),
+        "linear": lambda i: LinearAttention(dim, n_heads, head_dim),
+        "decay": lambda i: DecayLinearAttention(dim, n_heads, head_dim, decay="data"),
+        "delta": lambda i: DeltaNet(dim, n_heads, head_dim),
+        "gated_delta": lambda i: GatedDeltaNet(dim, n_heads, head_dim),
+    }
+    if callable(mixer):
+        make_mixer = mixer
+    elif mixer in named:
+        make_mixer = named[mixer]
     else:
-        raise ValueError(f"mixer must be 'attention' or 'linear'; got {mixer!r}")
-    return TinyLM(vocab_size, dim, n_layers, make, max_len=max_len)
+        raise ValueError(f"mixer must be one of {', '.join(map(repr, named))} or a callable "
+                         f"make_mixer(layer_index); got {mixer!r}")
+    return TinyLM(vocab_size, dim, n_layers, lambda i: _ConvThenMixer(dim, make_mixer(i)), max_len=max_len)
 
 
 def _check_tasks(tasks):

@@ -117,3 +117,19 @@ def test_a_tiny_attention_model_learns_four_pairs():
     assert result["accuracy"] > 0.5, result
     assert set(result["by_pairs"]) == {4}
     assert sum(c for _, c in result["by_distance"].values()) == 300 * 4
+
+
+@pytest.mark.parametrize("mixer", ["decay", "delta", "gated_delta"])
+def test_recall_model_builds_every_named_mixer(mixer):
+    model = recall_model(mixer, vocab_size=20, dim=16, n_layers=1, n_heads=2)
+    logits = model(torch.randint(0, 20, (2, 12)))
+    assert logits.shape == (2, 12, 20)
+
+
+def test_recall_model_takes_a_mixer_factory_and_rejects_unknown_names():
+    from mlexp.mixers import LinearAttention
+    made = []
+    model = recall_model(lambda i: made.append(i) or LinearAttention(16, 2), vocab_size=20, dim=16, n_layers=2)
+    assert made == [0, 1] and model(torch.randint(0, 20, (1, 5))).shape == (1, 5, 20)
+    with pytest.raises(ValueError, match="gated_delta"):
+        recall_model("mamba", vocab_size=20)
