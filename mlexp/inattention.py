@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .transformer import RMSNorm, SwiGLU, apply_rope, default_ffn_hidden, rope_cache
+from .transformer import Attention, RMSNorm, SwiGLU, apply_rope, default_ffn_hidden
 
 __all__ = [
     "InAttention",
@@ -34,7 +34,7 @@ def _attend(q, k, v, causal: bool):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, H, Tq, D)
 
 
-class InAttention(nn.Module):
+class InAttention(Attention):
     """Causal attention whose keys and values come from the initial states Y, not the hidden states X.
 
     q = W_Q x (from the block's normalised hidden states), k = W_K LN(y), v = W_V LN(y), where y
@@ -54,24 +54,9 @@ class InAttention(nn.Module):
 
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int | None = None, rope: bool = True,
                  max_len: int = 1024, rope_base: float = 10000.0):
-        super().__init__()
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if dim % n_heads:
-            raise ValueError(f"dim={dim} must be divisible by n_heads={n_heads}.")
-        if n_kv_heads < 1 or n_heads % n_kv_heads:
-            raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads} "
-                             "(use n_kv_heads=n_heads for MHA, a divisor for GQA, 1 for MQA).")
-        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
-        self.rope, self.max_len = rope, max_len
+        # The projections, head layout and RoPE tables are those of the standard layer.
+        super().__init__(dim, n_heads, n_kv_heads, rope, max_len, rope_base)
         self.kv_norm = nn.LayerNorm(dim)  # LN_l: one per layer, applied to the initial states
-        self.q_proj = nn.Linear(dim, n_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(n_heads * self.head_dim, dim, bias=False)
-        if rope:
-            cos, sin = rope_cache(max_len, self.head_dim, rope_base)
-            self.register_buffer("rope_cos", cos, persistent=False)  # (max_len, head_dim/2)
-            self.register_buffer("rope_sin", sin, persistent=False)
 
     def kv(self, y):
         """Keys and values of every position from the initial states: y (B, T, dim) -> k, v (B, H_kv, T, D).
