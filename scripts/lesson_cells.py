@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -55,6 +56,7 @@ INTRO_ID, SETUP_ID = "intro", "course-setup"
 BADGE_IMG = "https://colab.research.google.com/assets/colab-badge.svg"
 BADGE_RE = re.compile(r"^\[!\[Open In Colab\]\(.*$", re.M)
 TIME_RE = re.compile(r"^\*\*Time\.\*\*.*?(?=\n\n|\Z)", re.S | re.M)
+SET_THREADS_RE = re.compile(r"torch\.set_num_threads\((\d+)\)")
 REQUIRED_IN_INTRO = ("**What you will be able to do**", "**Assumptions.**")
 
 # The setup cell's code before this script existed: it is removed from the lesson's own
@@ -144,19 +146,20 @@ def badge(lesson_id: str) -> str:
     return f"[![Open In Colab]({BADGE_IMG})]({colab_url(lesson_id)})"
 
 
-def _minutes(seconds: float) -> str:
-    if seconds < 60:
+def _span(cpu_seconds: float, wall_seconds: float) -> str:
+    lo, hi = math.ceil(cpu_seconds / 60), math.ceil(wall_seconds / 60)
+    if hi <= 1:
         return "under a minute"
-    m = round(seconds / 60)
-    return f"about {m} minute{'s' if m != 1 else ''}"
+    return f"about {hi} minutes" if lo >= hi else f"between about {lo} and {hi} minutes"
 
 
-def time_paragraph(lesson_id: str, times: dict) -> str:
+def time_paragraph(lesson_id: str, times: dict, sets_threads: bool = True) -> str:
     """The intro's **Time.** paragraph: the reading estimate plus the run time measured here.
 
-    The laptop figure is the kernel's CPU time (on an idle machine a one- or two-thread lesson
-    gets about one core per thread, so the wall time is at most that); the wall time measured on
-    the shared machine is given beside it with the load average, as measured.
+    Two measured numbers bracket what an unloaded laptop-class CPU needs: the kernel's own CPU
+    time (low: timing cells run for a fixed wall time whatever CPU share they get) and the wall
+    time on the shared machine, which other jobs were loading (high). ``sets_threads``: the
+    lesson calls torch.set_num_threads itself (else torch's default was used).
     """
     _, reading, heavy = LESSONS[lesson_id]
     text = f"**Time.** About {reading} minutes of reading and exercises."
@@ -164,18 +167,19 @@ def time_paragraph(lesson_id: str, times: dict) -> str:
     if t is None:
         return text + " The time to run every cell has not been measured yet."
     n = t["torch_threads"]
-    threads = "" if n is None else f", {n} torch thread{'s' if n != 1 else ''} as the lesson sets them"
-    text += (f" Running every cell at full size takes {_minutes(t['cpu_seconds'])} on a laptop-class CPU: "
-             f"measured here, the kernel used {t['cpu_seconds']:.0f} s of CPU time ({t['seconds']:.0f} s "
-             f"wall clock on a shared 2-core machine at load average {t['load_before']:.0f}-"
-             f"{t['load_after']:.0f}{threads}, {t['date']})")
-    text += ": no model is trained." if heavy.startswith("nothing") else f"; most of it is {heavy}."
+    threads = "" if n is None else (f"{n} torch thread{'s' if n != 1 else ''}, "
+                                    + ("set by the lesson, " if sets_threads else "torch's default here, "))
+    text += (f" Running every cell at full size takes {_span(t['cpu_seconds'], t['seconds'])} on a "
+             f"laptop-class CPU: the kernel used {t['cpu_seconds']:.0f} s of CPU time, and the wall clock "
+             f"showed {t['seconds']:.0f} s on a shared 2-core machine that other jobs were loading "
+             f"(load average {t['load_before']:.0f}-{t['load_after']:.0f}; {threads}{t['date']})")
+    text += "; no model is trained." if heavy.startswith("nothing") else f". Most of it is {heavy}."
     text += (" Under the auto-grader the experiments run at a token size, so a submission grades in "
              "seconds. No GPU time has been measured.")
     return text
 
 
-def rewrite_intro(source: str, lesson_id: str, times: dict) -> str:
+def rewrite_intro(source: str, lesson_id: str, times: dict, sets_threads: bool = True) -> str:
     """Put the badge under the title and replace the **Time.** paragraph of an intro cell."""
     for needed in REQUIRED_IN_INTRO:
         if needed not in source:
@@ -187,7 +191,7 @@ def rewrite_intro(source: str, lesson_id: str, times: dict) -> str:
     if not title.startswith("# "):
         raise ValueError(f"{lesson_id}: the first cell must start with the lesson title ('# Lesson ...').")
     source = f"{title}\n\n{badge(lesson_id)}\n\n{rest.lstrip(chr(10))}"
-    return TIME_RE.sub(lambda _: time_paragraph(lesson_id, times), source, count=1)
+    return TIME_RE.sub(lambda _: time_paragraph(lesson_id, times, sets_threads), source, count=1)
 
 
 def apply(nb, lesson_id: str, times: dict):
@@ -196,7 +200,8 @@ def apply(nb, lesson_id: str, times: dict):
     if intro.cell_type != "markdown":
         raise ValueError(f"{lesson_id}: the first cell must be the markdown introduction.")
     intro.id = INTRO_ID
-    intro.source = rewrite_intro(intro.source, lesson_id, times)
+    sets_threads = any(SET_THREADS_RE.search(c.source) for c in nb.cells if c.cell_type == "code")
+    intro.source = rewrite_intro(intro.source, lesson_id, times, sets_threads)
     setup = [c for c in nb.cells if c.get("id") == SETUP_ID]
     if not setup:
         # First run: insert the shared cell and take the old bootstrap out of the lesson's imports.
@@ -282,9 +287,9 @@ def _cpu_seconds(pid: int) -> float:
 def measure(ids) -> int:
     """Execute each solution notebook once at full size with nbclient; record wall and CPU time.
 
-    The wall time depends on what else the machine runs (the load average is recorded with it);
-    the kernel's CPU time does much less, and is what the **Time.** paragraph quotes for a laptop.
-    Results are merged into scripts/lesson_times.json after each lesson.
+    The wall time depends on what else the machine runs, so the load average is recorded with
+    it, and the kernel's CPU time beside it (see ``time_paragraph``). Unset NBGRADER_EXECUTION:
+    full size. Results are merged into scripts/lesson_times.json after each lesson.
     """
     from nbclient import NotebookClient
 
@@ -323,7 +328,7 @@ def _torch_threads(nb):
     if not any(re.search(r"^\s*(import torch|from torch)", c.source, re.M) for c in nb.cells):
         return None
     for cell in nb.cells:
-        m = re.search(r"torch\.set_num_threads\((\d+)\)", cell.source)
+        m = SET_THREADS_RE.search(cell.source)
         if m:
             return int(m.group(1))
     import torch
