@@ -15,11 +15,12 @@ class BuildError(RuntimeError):
     """nbgrader could not generate a student version (bad cell metadata, unmatched markers)."""
 
 
-def generate_release(root: Path, assignments, work: Path) -> Path:
+def generate_release(root: Path, assignments, work: Path, db_url=None) -> Path:
     """Run nbgrader generate_assignment for ``assignments`` in the private course dir ``work``.
 
     Copies ``root/solutions/<id>/`` to ``work/source/<id>/`` and writes the student version to
-    ``work/release/<id>/``; the gradebook is ``work/gradebook.db``. Returns ``work/release``.
+    ``work/release/<id>/``; the gradebook is ``db_url`` or ``work/gradebook.db``. Returns
+    ``work/release``.
     Raises BuildError with nbgrader's message when an assignment fails.
     """
     work = Path(work)
@@ -29,7 +30,7 @@ def generate_release(root: Path, assignments, work: Path) -> Path:
             shutil.rmtree(dest)
         shutil.copytree(Path(root) / "solutions" / a, dest,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    api = NbGraderAPI(config=work_config(work))
+    api = NbGraderAPI(config=work_config(work, db_url=db_url))
     for a in assignments:
         result = api.generate_assignment(a, force=True, create=True)
         if not result["success"]:

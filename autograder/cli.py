@@ -30,6 +30,21 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, metavar="S",
                    help=f"seconds a single cell may run (default {CELL_TIMEOUT_S})")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    g.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="students graded at once, each in its own process (default 1)")
+    g.add_argument("--force", action="store_true",
+                   help="regrade every submission, also those already graded with the same bytes")
+    g.add_argument("--db", metavar="URL",
+                   help="gradebook URL, e.g. postgresql://user@host/course "
+                        "(default: SQLite in DIR/work/gradebook.db)")
+    g.add_argument("--notebook-timeout", type=int, default=600, metavar="S",
+                   help="seconds a whole notebook may run (default 600)")
+    g.add_argument("--memory", type=int, default=4096, metavar="MIB",
+                   help="address-space limit of a student's process in MiB (default 4096)")
+    g.add_argument("--cpu-time", type=int, default=900, metavar="S",
+                   help="CPU seconds a student's process may use (default 900)")
+    g.add_argument("--max-size", type=float, default=20, metavar="MIB",
+                   help="larger notebooks are rejected (default 20 MiB)")
 
     c = sub.add_parser("check", help="run a notebook's visible tests; print PASS/FAIL and hints")
     c.add_argument("notebook", help="path of the .ipynb to check")
@@ -60,18 +75,34 @@ def _build(args) -> int:
 
 def _grade(args) -> int:
     from .grade import format_table, grade_class
+    from .sandbox import Limits, isolation_notes
     root = find_course_root(args.course)
+    limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
+                    memory_mb=args.memory, cpu_seconds=args.cpu_time)
     start = time.perf_counter()
-    results = grade_class(root, args.submissions, Path(args.out), timeout=args.timeout,
-                          progress=not args.no_progress)
+    try:
+        results = grade_class(root, args.submissions, Path(args.out), timeout=args.timeout,
+                              progress=not args.no_progress, jobs=args.jobs, force=args.force,
+                              db_url=args.db, limits=limits,
+                              max_bytes=int(args.max_size * 2**20))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every grade committed so far is kept in {args.out}/results and "
+              f"{args.out}/grades.csv; run the same command again to finish.", file=sys.stderr)
+        return 130
     seconds = time.perf_counter() - start
     print(format_table(results))
-    n = max(len(results), 1)
-    print(f"\n{len(results)} submissions graded in {seconds:.0f} s ({seconds / n:.1f} s each); "
+    reused = sum(r.reused for r in results)
+    ran = len(results) - reused
+    print(f"\n{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
+          f"{reused} unchanged since the last run (kept; --force regrades); "
           f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
-    attention = [r for r in results if not r.status.startswith("graded")]
-    if attention:
-        print(f"{len(attention)} submission(s) need attention (status 'error' or 'rejected').")
+    for note in isolation_notes(limits):
+        print("isolation:", note)
+    review = [r for r in results if r.status.startswith("needs manual review")]
+    rejected = [r for r in results if r.status.startswith("rejected")]
+    if review or rejected:
+        print(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
+              "rejected; the status column says why.")
     return 0
 
 

@@ -8,7 +8,7 @@ from traitlets.config import Config
 
 __all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root",
            "list_assignments", "apply_course_settings", "ensure_venv_on_path", "new_gradebook",
-           "work_config"]
+           "work_config", "PACKAGE_PARENT"]
 
 # A graded submission runs its experiments at token size (mlexp.budget), so a cell that needs
 # more than a minute is stuck (an endless loop, a full-size training run) rather than slow.
@@ -91,20 +91,23 @@ def new_gradebook(path: Path) -> None:
     db.close()
 
 
-def work_config(work: Path, timeout=CELL_TIMEOUT_S) -> Config:
-    """nbgrader config for a private course directory ``work`` with its own SQLite gradebook.
+def work_config(work: Path, timeout=CELL_TIMEOUT_S, db_url=None) -> Config:
+    """nbgrader config for a private course directory ``work`` and its gradebook.
 
     ``work`` gets nbgrader's default layout (source/, release/, submitted/, autograded/,
-    feedback/) and ``work/gradebook.db`` (created here when missing); nothing is written in the
-    course checkout.
+    feedback/). The gradebook is ``db_url`` when given (any SQLAlchemy URL, e.g.
+    ``postgresql://user@host/db``; nbgrader creates its tables), else ``work/gradebook.db``
+    (created here when missing); nothing is written in the course checkout.
     """
     ensure_venv_on_path()
-    db = Path(work) / "gradebook.db"
-    if not db.exists():
-        Path(work).mkdir(parents=True, exist_ok=True)
-        new_gradebook(db)
+    Path(work).mkdir(parents=True, exist_ok=True)
+    if not db_url:
+        db = Path(work) / "gradebook.db"
+        if not db.exists():
+            new_gradebook(db)
+        db_url = "sqlite:///" + os.fspath(db)
     c = Config()
     c.CourseDirectory.root = os.fspath(work)
-    c.CourseDirectory.db_url = "sqlite:///" + os.fspath(db)
+    c.CourseDirectory.db_url = db_url
     c.NbGraderAPI.log_level = "WARN"
     return apply_course_settings(c, timeout)

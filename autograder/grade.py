@@ -1,9 +1,21 @@
-"""`grade`: grade a class with nbgrader in a private work folder; write grades.csv and feedback."""
+"""`grade`: grade a class with nbgrader, each student sandboxed; resumable; grades.csv, feedback.
+
+One run: collect the submissions (a folder or an LMS zip), choose and repair each student's
+notebook against the released lesson, then for each student not already graded with the same
+bytes, let nbgrader autograde it with execution moved into a sandboxed child process
+(autograder.sandbox), render feedback without hidden tests, and commit the result to the
+journal (autograder.journal). ``jobs`` students run at once; everything that touches the
+gradebook is serialised in this process (the only writer of grades).
+"""
 import csv
+import io
+import os
 import re
 import shutil
+import threading
 import warnings
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -12,15 +24,25 @@ from nbgrader.apps import NbGraderAPI
 from sqlalchemy.exc import SAWarning
 from tqdm.auto import tqdm
 
+from . import sandbox
 from .build import generate_release
-from .collect import collect
+from .collect import choose_notebook, collect
 from .config import CELL_TIMEOUT_S, list_assignments, work_config
+from .journal import atomic_write, digest, load_result, save_result
+from .repair import SubmissionRejected, read_notebook_text, repair_notebook
 
-__all__ = ["Result", "grade_class", "grade_submission", "write_csv", "format_table",
-           "DEMO_SUBMISSIONS", "BASE_COLUMNS"]
+__all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
+           "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION"]
 
 DEMO_SUBMISSIONS = Path(__file__).resolve().parent / "demo" / "submissions"
-BASE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status"]
+BASE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "notes"]
+MAX_NOTEBOOK_BYTES = 20 * 2**20      # a lesson with its outputs is well under 5 MiB
+GRADER_VERSION = "2"                 # part of each job's digest: bump to regrade everything
+SANDBOX_PREPROCESSORS = [
+    "autograder.sandbox.SandboxedExecute", "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata"]
 
 
 @dataclass
@@ -30,9 +52,22 @@ class Result:
     assignment: str
     score: float = 0.0
     max_score: float = 0.0
-    status: str = "graded"       # "graded", "graded (...)", "error: ...", "rejected: ..."
+    status: str = "graded"     # "graded", "needs manual review: ...", "rejected: ..."
     exercises: dict = field(default_factory=dict)   # grade_id -> points scored
     feedback: list = field(default_factory=list)    # paths of the HTML feedback files
+    notes: list = field(default_factory=list)       # repairs and choices made, one per line
+    file: str = ""             # the submitted file that was graded
+    digest: str = ""           # identity of the graded bytes + lesson + settings
+    reused: bool = False       # True when taken from the journal of an earlier run
+    retry: bool = False        # the grader (not the student) failed: grade again next run
+
+
+@dataclass
+class _Job:
+    sub: object
+    names: list
+    notebooks: dict            # expected name -> repaired NotebookNode
+    result: Result
 
 
 def _reason(text: str) -> str:
@@ -44,136 +79,253 @@ def _reason(text: str) -> str:
     return (reason or "(no message)")[:200]
 
 
-def _grade_cells(notebook: Path) -> list:
-    """grade_ids of the graded cells of a notebook, in cell order."""
-    nb = nbformat.read(notebook, as_version=4)
-    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade")]
+class _Lesson:
+    """One assignment as released: notebook names, release notebooks, instructor test sources."""
+
+    def __init__(self, work: Path, assignment: str):
+        release, source = work / "release" / assignment, work / "source" / assignment
+        self.names = sorted(p.name for p in release.glob("*.ipynb"))
+        self.release = {n: nbformat.read(release / n, as_version=4) for n in self.names}
+        self.sources = {}
+        for n in self.names:
+            for c in nbformat.read(source / n, as_version=4).cells:
+                gid = c.metadata.get("nbgrader", {}).get("grade_id")
+                if gid:
+                    self.sources[gid] = c.source
+        self.columns = [c.metadata["nbgrader"]["grade_id"] for n in self.names
+                        for c in self.release[n].cells if c.metadata.get("nbgrader", {}).get("grade")]
+        self.digest = digest(*(p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file()))
 
 
-def _place(sub, expected: list, dest: Path, notes: list) -> str:
-    """Copy the student's notebooks into nbgrader's submitted/ folder under the expected names.
-
-    Returns a rejection reason, or "" when at least one notebook can be graded.
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    by_name = {p.name: p for p in sub.notebooks}
-    unmatched = [p for p in sub.notebooks if p.name not in expected]
-    placed = 0
-    for name in expected:
-        src = by_name.get(name)
-        if src is None and len(expected) == 1 and len(unmatched) == 1:
-            src = unmatched.pop()
-            notes.append(f"renamed '{src.name}' to '{name}'")
-        if src is None:
-            notes.append(f"missing notebook '{name}'")
+def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
+    """Choose, read and repair the student's notebooks (no execution); never raises."""
+    res = Result(sub.student, sub.assignment, notes=list(sub.notes))
+    job = _Job(sub, lesson.names if lesson else [], {}, res)
+    if sub.problem:
+        res.status = "rejected: " + sub.problem
+        res.digest = digest("rejected", sub.problem, *(p.name for p in sub.notebooks))
+        return job
+    parts = [lesson.digest, settings]
+    for name in lesson.names:
+        path = choose_notebook(sub, name, only_one=len(lesson.names) == 1,
+                               notes=res.notes)
+        if path is None:
+            res.notes.append(f"missing notebook '{name}'")
             continue
+        res.file = res.file or str(path)
         try:
-            nbformat.read(src, as_version=4)
-        except Exception as exc:   # invalid JSON or not a notebook at all
-            return f"'{src.name}' is not a readable notebook ({type(exc).__name__}: {exc})"[:300]
-        shutil.copyfile(src, dest / name)
-        placed += 1
-    notes.extend(f"ignored extra notebook '{p.name}'" for p in unmatched)
-    return "" if placed else "none of the expected notebooks was submitted"
+            data = path.read_bytes()
+            parts += [name, data]
+            nb, notes = read_notebook_text(data, max_bytes)
+            res.notes += notes + repair_notebook(nb, lesson.release[name], lesson.sources)
+        except SubmissionRejected as exc:
+            res.status = f"rejected: '{path.name}': {exc}"
+            break
+        except Exception as exc:   # a notebook so odd that repair fails: a person must look
+            res.status = f"needs manual review: could not repair '{path.name}' " \
+                         f"({type(exc).__name__}: {str(exc)[:150]})"
+            break
+        job.notebooks[name] = nb
+    if res.status == "graded" and not job.notebooks:
+        res.status = "rejected: none of the expected notebooks was submitted " \
+                     f"(expected {', '.join(lesson.names)})"
+    res.digest = digest(*parts, res.status)
+    return job
 
 
-def grade_submission(api, work: Path, sub, expected: list, out: Path) -> Result:
-    """Autograde one submission in ``work`` and render its feedback into ``out/feedback``.
+class _Grader:
+    """Runs nbgrader for one student at a time per thread, under sandbox.GRADEBOOK_LOCK."""
 
-    Never raises for a bad submission: problems end up in ``Result.status``.
-    """
-    res = Result(sub.student, sub.assignment)
-    notes = []
-    problem = sub.problem or _place(sub, expected, work / "submitted" / sub.student / sub.assignment,
-                                    notes)
-    if problem:
-        res.status = "rejected: " + problem
+    def __init__(self, work: Path, out: Path, config, limits):
+        self.work, self.out, self.config, self.limits = work, out, config, limits
+        self.local = threading.local()
+
+    def api(self) -> NbGraderAPI:
+        if not hasattr(self.local, "api"):   # one per thread: the API keeps per-call state
+            self.local.api = NbGraderAPI(config=self.config)
+        return self.local.api
+
+    def grade(self, job: _Job) -> Result:
+        res, sub = job.result, job.sub
+        sandbox.CONTEXT.limits = self.limits
+        sandbox.CONTEXT.report = report = sandbox.SandboxReport()
+        with sandbox.GRADEBOOK_LOCK:
+            sandbox.CONTEXT.holds_lock = True
+            try:
+                self._autograde(job, report)
+            except Exception as exc:   # one student's failure never stops the batch
+                res.status = f"needs manual review: grading failed ({_reason(str(exc))})"
+                res.retry = True
+            finally:
+                sandbox.CONTEXT.holds_lock = False
+        if res.status == "graded" and report.review:
+            res.status = "needs manual review: " + "; ".join(dict.fromkeys(report.review))
         return res
-    auto = api.autograde(sub.assignment, sub.student, force=True, create=True)
-    if not auto["success"]:
-        res.status = "error: autograde failed, grade by hand: " + _reason(auto.get("error")
-                                                                        or auto.get("log"))
-        return res
-    with Gradebook(api.coursedir.db_url) as gb:
-        try:
-            submitted = gb.find_submission(sub.assignment, sub.student)
-        except MissingEntry:
-            res.status = "error: nbgrader recorded no grades"
-            return res
-        res.score, res.max_score = float(submitted.score), float(submitted.max_score)
-        res.exercises = {g.name: float(g.score) for nb in submitted.notebooks for g in nb.grades}
-        if submitted.needs_manual_grade:
-            notes.append("needs manual grading")
-    fb = api.generate_feedback(sub.assignment, sub.student, force=True)
-    if not fb["success"]:
-        notes.append("feedback failed: " + _reason(fb.get("error")))
-    src = work / "feedback" / sub.student / sub.assignment
-    dst = out / "feedback" / sub.student / sub.assignment
-    for html in sorted(src.glob("*.html")):
-        dst.mkdir(parents=True, exist_ok=True)
-        res.feedback.append(Path(shutil.copyfile(html, dst / html.name)))
-    res.status = "graded" + (f" ({'; '.join(notes)})" if notes else "")
-    return res
+
+    def _autograde(self, job, report) -> None:
+        res, sub, api = job.result, job.sub, self.api()
+        dest = self.work / "submitted" / sub.student / sub.assignment
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        for name, nb in job.notebooks.items():
+            nbformat.write(nb, dest / name)
+        auto = api.autograde(sub.assignment, sub.student, force=True, create=True)
+        if not auto["success"]:
+            res.status = "needs manual review: autograde failed: " + _reason(
+                auto.get("error") or auto.get("log"))
+            res.retry = True
+            (self.out / "logs").mkdir(exist_ok=True)
+            atomic_write(self.out / "logs" / f"{sub.student}.{sub.assignment}.log",
+                         f"{auto.get('log', '')}\n{auto.get('error', '')}")
+            return
+        with Gradebook(api.coursedir.db_url) as gb:
+            try:
+                submitted = gb.find_submission(sub.assignment, sub.student)
+            except MissingEntry:
+                res.status = "needs manual review: nbgrader recorded no grades"
+                return
+            res.score, res.max_score = float(submitted.score), float(submitted.max_score)
+            res.exercises = {g.name: float(g.score) for nb in submitted.notebooks
+                             for g in nb.grades}
+            if submitted.needs_manual_grade:
+                report.review.append("nbgrader marked cells for manual grading")
+        fb = api.generate_feedback(sub.assignment, sub.student, force=True)
+        if not fb["success"]:
+            res.notes.append("feedback failed: " + _reason(fb.get("error")))
+        src = self.work / "feedback" / sub.student / sub.assignment
+        dst = self.out / "feedback" / sub.student / sub.assignment
+        for html in sorted(src.glob("*.html")):
+            dst.mkdir(parents=True, exist_ok=True)
+            res.feedback.append(str(shutil.copyfile(html, dst / html.name)))
+
+
+def _release(root: Path, work: Path, needed: list, db_url) -> None:
+    """Generate the release of each needed assignment, unless its source is unchanged."""
+    stale = []
+    for a in needed:
+        src = Path(root) / "solutions" / a
+        stamp = digest(*(p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()
+                         and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts))
+        mark = work / "release" / f".{a}.digest"
+        if not mark.is_file() or mark.read_text() != stamp + str(db_url):
+            stale.append((a, mark, stamp))
+    if stale:
+        generate_release(root, [a for a, _, _ in stale], work, db_url)
+        for a, mark, stamp in stale:
+            atomic_write(mark, stamp + str(db_url))
 
 
 def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
-                timeout: int = CELL_TIMEOUT_S, progress: bool = True) -> list:
+                timeout: int = CELL_TIMEOUT_S, progress: bool = True, jobs: int = 1,
+                force: bool = False, db_url=None, limits=None,
+                max_bytes: int = MAX_NOTEBOOK_BYTES) -> list:
     """Grade every submission in ``submissions`` (folder or zip; default: the demo class).
 
-    Writes ``out/grades.csv`` and ``out/feedback/<student>/<assignment>/<notebook>.html``;
-    nbgrader's course folder and gradebook live in ``out/work`` (rebuilt on every run, so
-    re-running is safe). ``timeout`` is the per-cell limit in seconds. Returns the Results
-    sorted by assignment, then student. Raises FileNotFoundError / ValueError when
-    ``submissions`` holds no class.
+    Writes ``out/grades.csv`` (this class, one row per student and assignment),
+    ``out/feedback/<student>/<assignment>/<notebook>.html``, the journal ``out/results/`` and
+    nbgrader's course folder ``out/work`` (the gradebook ``out/work/gradebook.db`` unless
+    ``db_url`` names another, e.g. PostgreSQL). Results already in the journal for the same
+    bytes are reused unless ``force``; an interrupted run resumes. ``timeout`` is the per-cell
+    limit in seconds; ``limits`` (sandbox.Limits) sets the others; ``jobs`` students are graded
+    at once. Returns the Results sorted by assignment, then student. Raises FileNotFoundError /
+    ValueError when ``submissions`` holds no class.
     """
-    root, out = Path(root), Path(out)
-    submissions = DEMO_SUBMISSIONS if submissions is None else Path(submissions)
+    root, out = Path(root).resolve(), Path(out).resolve()   # nbgrader chdirs while it works
+    limits = limits or sandbox.Limits(cell_timeout=timeout)
+    submissions = DEMO_SUBMISSIONS if submissions is None else Path(submissions).resolve()
+    cwd = os.getcwd()
     work = out / "work"
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    if (out / "feedback").exists():
-        shutil.rmtree(out / "feedback")
-    subs = sorted(collect(submissions, list_assignments(root), work / "incoming"),
+    work.mkdir(parents=True, exist_ok=True)
+    work.chmod(0o700)    # the gradebook and the autograded notebooks: the grader's eyes only
+    if (work / "incoming").exists():
+        shutil.rmtree(work / "incoming")
+    assignments = list_assignments(root)
+    names = {a: sorted(p.name for p in (root / "solutions" / a).glob("*.ipynb")) for a in assignments}
+    subs = sorted(collect(submissions, assignments, work / "incoming", names),
                   key=lambda s: (s.assignment, s.student))
     needed = sorted({s.assignment for s in subs if not s.problem})
-    release = generate_release(root, needed, work)
-    expected = {a: sorted(p.name for p in (release / a).glob("*.ipynb")) for a in needed}
-    columns = {a: [g for nb in expected[a] for g in _grade_cells(release.parent / "source" / a / nb)]
-               for a in needed}
-    api = NbGraderAPI(config=work_config(work, timeout))
-    results = []
-    bar = tqdm(subs, desc="grading", unit="notebook", disable=not progress)
+    _release(root, work, needed, db_url)
+    lessons = {a: _Lesson(work, a) for a in needed}
+    settings = f"{GRADER_VERSION} {limits}"
+    prepared = [_prepare(s, lessons.get(s.assignment), settings, max_bytes) for s in subs]
+    config = work_config(work, timeout, db_url)
+    config.Autograde.autograde_preprocessors = list(SANDBOX_PREPROCESSORS)
+    grader = _Grader(work, out, config, limits)
+    results, todo = {}, []
+    for job in prepared:
+        old = load_result(out, job.sub.assignment, job.sub.student)
+        if old and old.get("digest") == job.result.digest and not force and not old.get("retry"):
+            results[id(job)] = Result(**{**old, "reused": True})
+        elif job.result.status != "graded":   # rejected or unrepairable: nothing to run
+            results[id(job)] = job.result
+            save_result(out, asdict(job.result))
+        else:
+            todo.append(job)
+    max_scores = {}
+    csv_lock = threading.Lock()
+
+    def commit(job, res):
+        with csv_lock:
+            results[id(job)] = res
+            save_result(out, asdict(res))
+            _write_partial(out, prepared, results, lessons, max_scores)
+
+    bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress)
+    saved_env = os.environ.get("NBGRADER_EXECUTION")   # nbgrader's autograde deletes it
     with warnings.catch_warnings():
         # nbgrader's gradebook code trips SQLAlchemy autoflush warnings; they say nothing of the class.
         warnings.filterwarnings("ignore", category=SAWarning)
-        for sub in bar:
-            bar.set_postfix_str(f"{sub.student}/{sub.assignment}")
-            results.append(grade_submission(api, work, sub, expected.get(sub.assignment, []), out))
-    for r in results:   # a rejected submission still shows what it could have scored
-        if r.assignment in columns and not r.max_score:
-            r.max_score = _max_score(api, r.assignment)
-    write_csv(out / "grades.csv", results, [g for a in needed for g in columns[a]])
-    return results
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="grade")
+        try:
+            futures = {pool.submit(grader.grade, job): job for job in todo}
+            for fut in as_completed(futures):
+                commit(futures[fut], fut.result())
+                bar.set_postfix_str(f"{futures[fut].sub.student}/{futures[fut].sub.assignment}")
+                bar.update()
+        except BaseException:   # Ctrl-C: stop the children, keep what is committed
+            pool.shutdown(wait=False, cancel_futures=True)
+            sandbox.kill_all()
+            raise
+        finally:
+            bar.close()
+            os.chdir(cwd)
+            if saved_env is None:
+                os.environ.pop("NBGRADER_EXECUTION", None)
+            else:
+                os.environ["NBGRADER_EXECUTION"] = saved_env
+        pool.shutdown()
+    _write_partial(out, prepared, results, lessons, max_scores)
+    return [results[id(j)] for j in prepared if id(j) in results]
 
 
-def _max_score(api, assignment: str) -> float:
-    with Gradebook(api.coursedir.db_url) as gb:
-        return float(gb.find_assignment(assignment).max_score)
+def _write_partial(out, prepared, results, lessons, max_scores) -> None:
+    """grades.csv of this class so far: committed results only, in table order."""
+    done = [results[id(j)] for j in prepared if id(j) in results]
+    for r in done:   # a rejected submission still shows what it could have scored
+        if not r.max_score and r.assignment in lessons:
+            r.max_score = max_scores.setdefault(r.assignment, _max_score(lessons[r.assignment]))
+    columns = [g for a in sorted(lessons) for g in lessons[a].columns]
+    write_csv(out / "grades.csv", done, columns)
+
+
+def _max_score(lesson) -> float:
+    return float(sum(float(c.metadata["nbgrader"].get("points", 0)) for nb in lesson.release.values()
+                     for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")))
 
 
 def write_csv(path: Path, results: list, exercise_columns: list) -> None:
-    """One row per student and assignment: BASE_COLUMNS, then points per graded cell."""
+    """One row per student and assignment: BASE_COLUMNS, then points per graded cell (atomic)."""
     columns = BASE_COLUMNS + list(dict.fromkeys(exercise_columns))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns)
-        w.writeheader()
-        for r in results:
-            row = {"student_id": r.student, "assignment": r.assignment, "score": r.score,
-                   "max_score": r.max_score, "status": r.status}
-            row.update({k: v for k, v in r.exercises.items() if k in columns})
-            w.writerow(row)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    w.writeheader()
+    for r in results:
+        row = {"student_id": r.student, "assignment": r.assignment, "score": r.score,
+               "max_score": r.max_score, "status": r.status, "notes": "; ".join(r.notes)}
+        row.update({k: v for k, v in r.exercises.items() if k in columns})
+        w.writerow(row)
+    atomic_write(path, buf.getvalue())
 
 
 def _num(x: float) -> str:
@@ -181,10 +333,10 @@ def _num(x: float) -> str:
 
 
 def format_table(results: list) -> str:
-    """A plain-text table: student, assignment, score/max, status."""
+    """A plain-text table: student, assignment, score/max, status (with notes in brackets)."""
     rows = [("student", "assignment", "score", "status")]
-    rows += [(r.student, r.assignment, f"{_num(r.score)}/{_num(r.max_score)}", r.status)
-             for r in results]
+    rows += [(r.student, r.assignment, f"{_num(r.score)}/{_num(r.max_score)}",
+              r.status + (f" ({'; '.join(r.notes)})" if r.notes else "")) for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths)) + "  " + row[3]
              for row in rows]

@@ -15,23 +15,25 @@ from autograder.collect import collect
 from autograder.config import find_course_root
 from autograder.demo import generate_demo, student_notebook
 from autograder.grade import BASE_COLUMNS, format_table, grade_class
-from toy_course import (ADD_SOLUTION, ASSIGNMENT, HIDDEN_MARK, MUL_SOLUTION, NOTEBOOK,
-                        make_toy_course)
+from toy_course import (ADD_SOLUTION, ASSIGNMENT, HIDDEN_MARK, MEAN_SOLUTION, MUL_SOLUTION,
+                        NOTEBOOK, make_toy_course)
 
 WRONG_ADD = "def add(a, b):\n    return a - b"
 RAISING_MUL = "def mul(a, b):\n    raise ValueError('student bug')"
 # student id -> (answers, file name, expected score, {test cell: hint substring})
 STUDENTS = {
     "a_broken_json": (None, NOTEBOOK, 0, {}),
-    "ann_correct": ({"add": ADD_SOLUTION, "mul": MUL_SOLUTION}, NOTEBOOK, 5, {}),
+    "ann_correct": ({"add": ADD_SOLUTION, "mul": MUL_SOLUTION, "mean": MEAN_SOLUTION}, NOTEBOOK, 6,
+                    {}),
     "bob_subtracts": ({"add": WRONG_ADD, "mul": MUL_SOLUTION}, NOTEBOOK, 3,
                       {"test_add": "did you subtract?"}),
     "cat_blank": ({}, NOTEBOOK, 0, {"test_add": "NotImplementedError"}),
     "dan_raises": ({"add": ADD_SOLUTION, "mul": RAISING_MUL}, NOTEBOOK, 2,
                    {"test_mul": "student bug"}),
-    "eve_renamed": ({"add": ADD_SOLUTION, "mul": MUL_SOLUTION}, "Copy of toy (1).ipynb", 5, {}),
-    # nbgrader 0.9.6 refuses a notebook with a duplicated graded cell (issue 7 will repair it)
-    "fay_duplicated_cell": ("duplicate", NOTEBOOK, 0, {}),
+    "eve_renamed": ({"add": ADD_SOLUTION, "mul": MUL_SOLUTION, "mean": MEAN_SOLUTION},
+                    "Copy of toy (1).ipynb", 6, {}),
+    # nbgrader 0.9.6 refuses a notebook with a duplicated graded cell; repair keeps the last copy
+    "fay_duplicated_cell": ("duplicate", NOTEBOOK, 6, {}),
 }
 
 
@@ -50,7 +52,8 @@ def write_class(course: Path, dest: Path) -> Path:
         if answers is None:
             path.write_text('{"cells": [ broken')
         elif answers == "duplicate":
-            nb = student_notebook(lesson, {"add": ADD_SOLUTION, "mul": MUL_SOLUTION})
+            nb = student_notebook(lesson, {"add": ADD_SOLUTION, "mul": MUL_SOLUTION,
+                                           "mean": MEAN_SOLUTION})
             copy = nbformat.from_dict(json.loads(json.dumps(nb.cells[2])))   # the "add" cell
             copy.id = "duplicate-of-add"
             nb.cells.insert(2, copy)
@@ -100,20 +103,22 @@ def test_each_student_gets_expected_score_and_status(graded):
     assert sorted(results) == sorted(STUDENTS)
     for student, (_, _, score, _) in STUDENTS.items():
         assert results[student].score == score, (student, results[student])
-        assert results[student].max_score == 5
+        assert results[student].max_score == 6
     assert results["a_broken_json"].status.startswith("rejected: ")
-    assert results["fay_duplicated_cell"].status.startswith("error: autograde failed")
-    assert "renamed 'Copy of toy (1).ipynb'" in results["eve_renamed"].status
-    assert results["dan_raises"].exercises == {"test_add": 2, "test_mul": 0}
+    assert results["fay_duplicated_cell"].status == "graded"
+    assert "appeared 2 times: kept the last copy" in results["fay_duplicated_cell"].notes[0]
+    assert "renamed 'Copy of toy (1).ipynb'" in results["eve_renamed"].notes[0]
+    assert all(results[s].status == "graded" for s in STUDENTS if s != "a_broken_json")
+    assert results["dan_raises"].exercises == {"test_add": 2, "test_mul": 0, "test_mean": 0}
     table = format_table(list(results.values()))
-    assert "bob_subtracts" in table and "3/5" in table
+    assert "bob_subtracts" in table and "3/6" in table
 
 
 def test_feedback_has_hints_and_no_hidden_tests(graded):
     results, out = graded
     for student, (answers, _, _, hints) in STUDENTS.items():
         html = out / "feedback" / student / ASSIGNMENT / "toy.html"
-        if answers in (None, "duplicate"):
+        if answers is None:
             assert not html.exists()
             continue
         text = html.read_text()
@@ -136,17 +141,20 @@ def test_grades_csv_has_columns_and_rows(graded):
     assert float(by_student["bob_subtracts"]["test_add"]) == 0
 
 
-def test_regrading_a_folder_into_the_same_out_replaces_the_old_run(course, graded, tmp_path):
+def test_regrading_another_class_into_the_same_out_lists_only_that_class(course, graded, tmp_path):
     out = Path(shutil.copytree(graded[1], tmp_path / "out"))   # an earlier run's output
     write_class(course, tmp_path / "cls")
     for student in STUDENTS:
         if student not in ("ann_correct", "bob_subtracts"):
             shutil.rmtree(tmp_path / "cls" / student)
     results = grade_class(course, tmp_path / "cls", out, timeout=30, progress=False)
-    assert [(r.student, r.score) for r in results] == [("ann_correct", 5), ("bob_subtracts", 3)]
+    assert [(r.student, r.score) for r in results] == [("ann_correct", 6), ("bob_subtracts", 3)]
+    assert all(r.reused for r in results), "same bytes as the earlier run: nothing to regrade"
     with open(out / "grades.csv") as f:
         assert [r["student_id"] for r in csv.DictReader(f)] == ["ann_correct", "bob_subtracts"]
-    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["ann_correct", "bob_subtracts"]
+    forced = grade_class(course, tmp_path / "cls", out, timeout=30, progress=False, force=True)
+    assert [(r.student, r.score, r.reused) for r in forced] == [("ann_correct", 6, False),
+                                                               ("bob_subtracts", 3, False)]
 
 
 def test_collect_reads_folders_and_reports_unknown(course, tmp_path):

@@ -9,6 +9,7 @@ NOTEBOOK = "toy.ipynb"
 HIDDEN_MARK = "hidden_probe_7"        # appears only in hidden test source
 ADD_SOLUTION = "def add(a, b):\n    return a + b"
 MUL_SOLUTION = "def mul(a, b):\n    return a * b"
+MEAN_SOLUTION = "def mean(xs):\n    return sum(xs) / len(xs)"
 
 
 def _solution(grade_id, source):
@@ -24,7 +25,8 @@ def _test(grade_id, points, source):
 
 
 def toy_notebook():
-    """Solution notebook: add (2 points, visible + hidden test) and mul (3 points)."""
+    """Solution notebook: add (2 points, visible + hidden test), mul (3 points) and mean (1 point,
+    a test that relies on math.isclose and the builtin abs)."""
     cells = [
         new_markdown_cell("# Toy lesson\nTwo small functions."),
         new_code_cell("import os\nMODE = os.environ.get('NBGRADER_EXECUTION', 'full')"),
@@ -40,6 +42,11 @@ def toy_notebook():
                          "    ### END SOLUTION"),
         _test("test_mul", 3, "assert mul(2, 3) == 6, 'Hint: mul(2, 3) should be 6, not ' + "
                              "str(mul(2, 3))"),
+        _solution("mean", "def mean(xs):\n    ### BEGIN SOLUTION\n    return sum(xs) / len(xs)\n"
+                          "    ### END SOLUTION"),
+        _test("test_mean", 1, "import math\n"
+                              "assert math.isclose(mean([1, 2, 3, 4]), 2.5), 'Hint: mean([1, 2, 3, 4]) is 2.5'\n"
+                              "assert abs(mean([-1, 1])) < 1e-12, 'Hint: mean([-1, 1]) is 0'"),
         new_code_cell("print('experiment mode:', MODE)"),
     ]
     nb = new_notebook(cells=cells)

@@ -1,0 +1,213 @@
+"""Repair a submitted notebook against the released lesson before nbgrader sees it.
+
+Students, browsers and Colab break notebooks in a few typical ways. nbgrader refuses some of
+them (a duplicated graded cell stops its autograde) and scores others wrongly (a test cell that
+lost its metadata is no longer graded; a deleted test cell scores as "needs manual grading").
+:func:`repair_notebook` puts the released lesson's structure back and returns one note per
+change, which the per-student status reports:
+
+- every cell of the release that carries nbgrader metadata (solution, test, read-only, task) is
+  found in the submission: by its ``grade_id``, else by its cell id, else by source similarity
+  (``difflib`` ratio) among the unmatched cells between its matched neighbours; its metadata,
+  cell type and (for read-only and test cells) source are restored from the release;
+- a duplicated graded cell keeps its last copy; earlier copies become ordinary cells;
+- a deleted cell is inserted again from the release (a deleted solution cell comes back blank);
+- grader metadata on cells the release does not know is removed;
+- the kernelspec is set to the release's; notebooks older than nbformat 4.5 get cell ids.
+"""
+import copy
+import difflib
+import re
+import uuid
+
+import nbformat
+
+__all__ = ["repair_notebook", "read_notebook_text", "SubmissionRejected", "normalise_name"]
+
+SIMILAR_TEST = 0.6       # a test or read-only cell must look this much like the release's
+SIMILAR_SOLUTION = 0.3   # a solution cell is the student's code; only its frame must match
+CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
+
+
+class SubmissionRejected(ValueError):
+    """The file cannot be graded at all (empty, too large, not JSON, not a notebook)."""
+
+
+def normalise_name(name: str) -> str:
+    """``'Copy of toy (1).ipynb'`` -> ``'toy.ipynb'``: undo what browsers, Colab and LMSs add."""
+    stem = re.sub(r"\.ipynb$", "", name.strip(), flags=re.I)
+    stem = re.sub(r"^(copy of |kopie von |copie de )+", "", stem, flags=re.I)
+    stem = re.sub(r"(\s*\(\d+\)|\s*-\s*copy|-checkpoint|_\d+)+$", "", stem, flags=re.I)
+    return stem.strip().lower().replace(" ", "_") + ".ipynb"
+
+
+def read_notebook_text(data: bytes, max_bytes: int):
+    """Parse submitted bytes into an nbformat 4 notebook; returns (nb, notes).
+
+    Raises SubmissionRejected with a reason a student understands: empty file, too large
+    (over ``max_bytes``), not valid JSON, or JSON that is not a Jupyter notebook.
+    """
+    if not data.strip():
+        return _reject("the file is empty (0 bytes or only whitespace); re-download it from "
+                       "Jupyter or Colab with File > Download .ipynb")
+    if len(data) > max_bytes:
+        return _reject(f"the file is {len(data) / 2**20:.2g} MiB, over the {max_bytes / 2**20:g}"
+                       " MiB limit; clear the outputs (Edit > Clear all outputs) and resubmit")
+    try:
+        raw = nbformat.reader.reads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return _reject(f"not valid notebook JSON ({str(exc)[:120]})")
+    if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
+        return _reject("valid JSON but not a Jupyter notebook (no cells)")
+    notes = []
+    major, minor = raw.get("nbformat", 0), raw.get("nbformat_minor", 0)
+    try:
+        nb = nbformat.convert(nbformat.from_dict(raw), 4)
+    except Exception as exc:
+        return _reject(f"a notebook nbformat cannot read ({type(exc).__name__}: {str(exc)[:120]})")
+    if major < 4:
+        notes.append(f"converted from nbformat {major}")
+    if (major, minor) < (4, 5) or any(not CELL_ID.match(str(c.get("id", ""))) for c in nb.cells):
+        if major == 4:
+            notes.append(f"nbformat 4.{minor} without cell ids: added ids")
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    return nb, notes
+
+
+def _reject(reason: str):
+    raise SubmissionRejected(reason)
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def _kind(meta: dict) -> str:
+    if meta.get("solution"):
+        return "solution cell"
+    if meta.get("grade"):
+        return "test cell"
+    if meta.get("task"):
+        return "task cell"
+    return "read-only cell"
+
+
+def _similarity(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio()
+
+
+def _match(sub_cells, keys, notes) -> dict:
+    """Map release key index -> submission cell index; demotes duplicate copies in place."""
+    key_ids = {_meta(c)["grade_id"]: i for i, c in enumerate(keys)}
+    matched, by_gid = {}, {}
+    for j, cell in enumerate(sub_cells):
+        gid = _meta(cell).get("grade_id")
+        if gid in key_ids:
+            by_gid.setdefault(gid, []).append(j)
+        elif _meta(cell):
+            notes.append(f"removed grader metadata from a cell the lesson does not have ('{gid}')")
+            cell.metadata.pop("nbgrader", None)
+    for gid, js in by_gid.items():
+        if len(js) > 1:
+            notes.append(f"{_kind(_meta(keys[key_ids[gid]]))} '{gid}' appeared {len(js)} times: "
+                         "kept the last copy")
+            for j in js[:-1]:
+                sub_cells[j].metadata.pop("nbgrader", None)
+        matched[key_ids[gid]] = js[-1]
+    taken = set(matched.values())
+    ids = {c.get("id"): j for j, c in enumerate(sub_cells)}
+    by_id, by_source = [], []
+    for i, key in enumerate(keys):
+        j = ids.get(key.get("id"))
+        if i not in matched and j is not None and j not in taken and not _meta(sub_cells[j]):
+            matched[i], taken = j, taken | {j}
+            by_id.append(_meta(key)["grade_id"])
+    # Test and read-only cells first (their source is fixed), then solution cells between them.
+    for i in sorted(range(len(keys)), key=lambda i: bool(_meta(keys[i]).get("solution"))):
+        key = keys[i]
+        if i in matched:
+            continue
+        lo = max([matched[k] for k in matched if k < i], default=-1)
+        hi = min([matched[k] for k in matched if k > i], default=len(sub_cells))
+        meta = _meta(key)
+        need = SIMILAR_SOLUTION if meta.get("solution") else SIMILAR_TEST
+        best, best_j = 0.0, None
+        for j in range(lo + 1, hi):
+            if j in taken or _meta(sub_cells[j]):
+                continue
+            score = _similarity(sub_cells[j].source, key.source)
+            if score > best:
+                best, best_j = score, j
+        window = [j for j in range(lo + 1, hi) if j not in taken and not _meta(sub_cells[j])
+                  and sub_cells[j].cell_type == "code"]
+        if best_j is not None and best >= need:
+            matched[i], taken = best_j, taken | {best_j}
+            by_source.append(f"{meta['grade_id']} {best:.2f}")
+        elif meta.get("solution") and window and hi < len(sub_cells):
+            # a solution cell sits right before its test: take the last free code cell there
+            matched[i], taken = window[-1], taken | {window[-1]}
+            by_source.append(f"{meta['grade_id']} by position")
+    if by_id:
+        notes.append(f"grader metadata lost on {len(by_id)} cell(s): re-attached by cell id "
+                     f"({', '.join(by_id)})")
+    if by_source:
+        notes.append(f"grader metadata lost on {len(by_source)} cell(s): re-attached by source "
+                     f"similarity ({', '.join(by_source)})")
+    return matched
+
+
+def repair_notebook(nb, release, sources: dict) -> list:
+    """Repair ``nb`` in place against the ``release`` notebook; return the notes (may be []).
+
+    ``sources`` maps grade_id -> the instructor's version of each test cell (hidden tests
+    included): a submitted test cell equal to it, or to the release, is not reported as edited.
+    """
+    notes = []
+    keys = [c for c in release.cells if _meta(c).get("grade_id")]
+    matched = _match(nb.cells, keys, notes)
+    # Insert deleted cells after the cell matched to the previous key, walking in release order.
+    cells = list(nb.cells)
+    position = {i: cells[j] for i, j in matched.items()}
+    for i, key in enumerate(keys):
+        if i in position:
+            continue
+        fresh = nbformat.from_dict(copy.deepcopy(key))
+        fresh["id"] = uuid.uuid4().hex[:12]
+        prev = position.get(i - 1)
+        at = (next(k for k, c in enumerate(cells) if c is prev) + 1) if prev is not None else 0
+        cells.insert(at, fresh)
+        position[i] = fresh
+        meta = _meta(key)
+        what = "put back blank" if meta.get("solution") else "restored from the lesson"
+        notes.append(f"{_kind(meta)} '{meta['grade_id']}' was deleted: {what}")
+    for i, key in enumerate(keys):
+        cell, meta = position[i], _meta(key)
+        if cell.cell_type != key.cell_type:
+            notes.append(f"{_kind(meta)} '{meta['grade_id']}' had been changed to "
+                         f"{cell.cell_type}: changed back to {key.cell_type}")
+            cell.cell_type = key.cell_type
+            if key.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+            else:
+                cell.pop("outputs", None)
+                cell.pop("execution_count", None)
+        cell.metadata["nbgrader"] = copy.deepcopy(dict(meta))
+        for flag in ("deletable", "editable"):
+            if flag in key.metadata:
+                cell.metadata[flag] = key.metadata[flag]
+        if meta.get("locked") and not meta.get("solution") and cell.source != key.source:
+            if cell.source.strip() != sources.get(meta["grade_id"], key.source).strip():
+                notes.append(f"{_kind(meta)} '{meta['grade_id']}' had been edited: restored")
+            cell.source = key.source
+    nb.cells = cells
+    seen = set()
+    for cell in nb.cells:   # unique, valid cell ids (duplicated cells share theirs)
+        if not CELL_ID.match(str(cell.get("id", ""))) or cell["id"] in seen:
+            cell["id"] = uuid.uuid4().hex[:12]
+        seen.add(cell["id"])
+    kernel = nb.metadata.get("kernelspec", {}).get("name")
+    want = release.metadata.get("kernelspec", {})
+    if want and kernel != want.get("name"):
+        notes.append(f"kernel '{kernel or 'none'}' replaced by '{want.get('name')}'")
+        nb.metadata["kernelspec"] = copy.deepcopy(want)
+    return notes
