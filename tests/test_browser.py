@@ -1,7 +1,8 @@
 """Every lesson in JupyterLab in a real browser (headless Chromium driven by Playwright).
 
-One JupyterLab server from the course's environment listens on a free localhost port with token
-auth and opens no browser of its own. Its environment sets NBGRADER_EXECUTION=autograde, so every
+One JupyterLab server from the course's environment (where the course is installed) listens on a
+free localhost port with token auth and opens no browser of its own; its root is a temporary
+folder outside the checkout, so each lesson's setup cell takes mlexp from the installed package. Its environment sets NBGRADER_EXECUTION=autograde, so every
 kernel it starts runs each lesson at grading size (experiments at a token size, as under the
 grader; see "Grading time" in the design notes): the whole test takes a few minutes, not the
 lessons' full run time. Each lesson is opened as its all-correct demo student (the student
@@ -185,6 +186,10 @@ STATE_JS = """() => {
 }"""
 
 
+IDLE_JS = """() => { const i = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
+  return i && i.getAttribute('data-status') === 'idle'; }"""
+
+
 def _open_notebook(page, lab, rel: str):
     """Open ``rel`` in a fresh workspace and wait until its kernel has started and is idle."""
     page.goto(f"{lab.base}/lab/tree/{rel}?reset&token={lab.token}")
@@ -274,6 +279,7 @@ def _slide_and_see_the_report_change(page, lesson_id):
     page.wait_for_function("([el, want]) => el.innerText.includes(want)",
                            arg=[report.element_handle(), want], timeout=30_000)
     assert int(readout.inner_text().strip()) == int(before_value) + 4
+    page.wait_for_function(IDLE_JS, timeout=60_000)   # the redrawn figure is in place for the screenshot
     report.scroll_into_view_if_needed()
 
 
