@@ -8,7 +8,7 @@ from traitlets.config import Config
 
 __all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root",
            "list_assignments", "apply_course_settings", "ensure_venv_on_path", "new_gradebook",
-           "work_config", "PACKAGE_PARENT"]
+           "work_config", "sqlalchemy_url", "PACKAGE_PARENT"]
 
 # A graded submission runs its experiments at token size (mlexp.budget), so a cell that needs
 # more than a minute is stuck (an endless loop, a full-size training run) rather than slow.
@@ -91,6 +91,17 @@ def new_gradebook(path: Path) -> None:
     db.close()
 
 
+def sqlalchemy_url(url: str) -> str:
+    """``url`` with a PostgreSQL driver SQLAlchemy can load: a plain ``postgresql://`` URL means
+    psycopg (v3) to SQLAlchemy 2.1 but psycopg2 (the grade extra's driver) to earlier versions,
+    so name psycopg2 explicitly when psycopg is not installed."""
+    import importlib.util
+    scheme, sep, rest = url.partition("://")
+    if scheme in ("postgresql", "postgres") and importlib.util.find_spec("psycopg") is None:
+        return "postgresql+psycopg2://" + rest
+    return url
+
+
 def work_config(work: Path, timeout=CELL_TIMEOUT_S, db_url=None) -> Config:
     """nbgrader config for a private course directory ``work`` and its gradebook.
 
@@ -108,6 +119,9 @@ def work_config(work: Path, timeout=CELL_TIMEOUT_S, db_url=None) -> Config:
         db_url = "sqlite:///" + os.fspath(db)
     c = Config()
     c.CourseDirectory.root = os.fspath(work)
-    c.CourseDirectory.db_url = db_url
+    c.CourseDirectory.db_url = sqlalchemy_url(db_url)
+    # nbgrader's Gradebook registers this course on first use; PostgreSQL enforces the link
+    # from assignments to it, which an empty id (nbgrader's default) never satisfies.
+    c.CourseDirectory.course_id = "default_course"
     c.NbGraderAPI.log_level = "WARN"
     return apply_course_settings(c, timeout)

@@ -1,0 +1,276 @@
+"""The grader against a class that attacks it (tests/corpus), a kill mid-batch, PostgreSQL.
+
+The corpus (tests/corpus/build_corpus.py: 31 toy kinds + 3 on lesson 01) is zipped inside two
+wrapping folders as an LMS exports it and graded once with one command, at -j 2.
+"""
+import csv
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.build import build
+from autograder.collect import collect
+from autograder.grade import grade_class
+from autograder.repair import normalise_name
+from autograder.sandbox import Limits, _probe, run_sandboxed
+from toy_course import ASSIGNMENT, HIDDEN_MARK, NOTEBOOK, make_toy_course
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "corpus"))
+import build_corpus as corpus  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+L01 = corpus.L01
+
+
+def cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "autograder", *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO, **kw)
+
+
+def rows(out: Path) -> dict:
+    with open(out / "grades.csv") as f:
+        return {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """The toy course plus lesson 01 (copied from the repository), built."""
+    root = make_toy_course(tmp_path_factory.mktemp("course"))
+    shutil.copytree(REPO / "solutions" / L01, root / "solutions" / L01)
+    build(root)
+    return root
+
+
+def lessons(course):
+    toy = nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    l01 = tuple(nbformat.read(course / d / L01 / f"{L01}.ipynb", as_version=4)
+                for d in ("lessons", "solutions"))
+    return toy, l01
+
+
+@pytest.fixture(scope="module")
+def graded_corpus(course, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("corpus")
+    toy, l01 = lessons(course)
+    corpus.write_class(tmp / "export" / "lms_download" / "course_2026", toy, l01)
+    zpath = tmp / "class.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for f in sorted((tmp / "export").rglob("*")):
+            zf.write(f, f.relative_to(tmp / "export").as_posix())
+    out = tmp / "out"
+    args = ["--course", course, "grade", zpath, "--out", out, "-j", "2", "--timeout", "20",
+            "--max-size", corpus.MAX_BYTES / 2**20, "--no-progress"]
+    proc = cli(*args, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout, args
+
+
+def test_every_kind_gets_its_status_and_score(graded_corpus):
+    out, stdout, _ = graded_corpus
+    got = rows(out)
+    expected = {**{(s, ASSIGNMENT): e for s, e in corpus.CASES.items()},
+                **{(s, L01): e for s, e in corpus.L01_CASES.items()}}
+    assert len(expected) >= 15 + 3
+    assert sorted(got) == sorted(expected), "every student gets exactly one row"
+    wrong = []
+    for key, (status, score, needle) in expected.items():
+        row = got[key]
+        if key[0] == "network_probe":   # full marks only where the network is really cut
+            score = 6 if _probe()["net"] else 3
+        if not row["status"].startswith(status) or float(row["score"]) != score \
+                or needle not in row["status"] + row["notes"]:
+            wrong.append((key[0], row["status"], row["notes"], row["score"], (status, score, needle)))
+    assert not wrong, "\n".join(map(str, wrong))
+    assert float(got[("ok_correct", ASSIGNMENT)]["max_score"]) == 6
+    assert float(got[("broken_json", ASSIGNMENT)]["max_score"]) == 6   # what it could have scored
+
+
+def test_stderr_warning_and_timeouts_score_per_cell(graded_corpus):
+    out, _, _ = graded_corpus
+    got = rows(out)
+    assert float(got[("warning_on_stderr", ASSIGNMENT)]["test_mul"]) == 3   # not zeroed
+    loop = got[("endless_loop", ASSIGNMENT)]
+    assert (float(loop["test_mul"]), float(loop["test_add"])) == (0, 2)
+    executed = nbformat.read(out / "work" / "autograded" / "endless_loop" / ASSIGNMENT / NOTEBOOK,
+                             as_version=4)
+    errors = [o.ename for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert {"CellTimeoutError", "KeyboardInterrupt"} & set(errors)   # interrupted at the limit
+
+
+def test_feedback_never_shows_hidden_tests(graded_corpus):
+    out, _, _ = graded_corpus
+    pages = sorted((out / "feedback").glob(f"*/{ASSIGNMENT}/*.html"))
+    assert len(pages) >= 20
+    for page in pages:
+        assert HIDDEN_MARK not in page.read_text(), page
+    autograded = out / "work" / "autograded" / "ok_correct" / ASSIGNMENT / NOTEBOOK
+    assert HIDDEN_MARK in autograded.read_text(), "the hidden test did run"
+
+
+def test_rerun_is_idempotent_and_force_regrades_one(graded_corpus, tmp_path):
+    out, _, args = graded_corpus
+    before = (out / "grades.csv").read_text()
+    journal = {p: p.read_text() for p in (out / "results").rglob("*.json")}
+    proc = cli(*args, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 submissions graded" in proc.stdout and "34 unchanged" in proc.stdout
+    assert (out / "grades.csv").read_text() == before
+    assert {p: p.read_text() for p in (out / "results").rglob("*.json")} == journal
+
+
+def test_repair_notes_without_running(course):
+    """The repairs alone, fast: each kind's notes name what was repaired."""
+    from autograder.repair import SubmissionRejected, read_notebook_text, repair_notebook
+    toy, _ = lessons(course)
+    sources = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nbformat.read(
+        course / "solutions" / ASSIGNMENT / NOTEBOOK, as_version=4).cells
+        if c.metadata.get("nbgrader", {}).get("grade_id")}
+    for student, files in corpus.toy_cases(toy).items():
+        status, _, needle = corpus.CASES[student]
+        for name, content in files.items():
+            data = content if isinstance(content, bytes) else nbformat.writes(content).encode()
+            if not name.endswith(".ipynb"):
+                continue
+            try:
+                nb, notes = read_notebook_text(data, corpus.MAX_BYTES)
+            except SubmissionRejected as exc:
+                assert status == "rejected" and needle in str(exc), (student, exc)
+                continue
+            notes += repair_notebook(nb, toy, sources)
+            nbformat.validate(nb)
+            gids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+            assert [g for g in gids if g] == [g for g in (c.metadata.get("nbgrader", {}).get(
+                "grade_id") for c in toy.cells) if g], student
+            if needle and status == "graded" and "renamed" not in needle and "submissions" \
+                    not in needle and "folder" not in needle and "inside" not in needle:
+                assert any(needle in n for n in notes), (student, notes)
+
+
+def test_names_and_collect_edge_cases(tmp_path):
+    assert normalise_name("Copy of toy (1).ipynb") == "toy.ipynb"
+    assert normalise_name("toy-checkpoint.ipynb") == "toy.ipynb"
+    for student in ("Ann", "ann"):
+        (tmp_path / "cls" / student / ASSIGNMENT).mkdir(parents=True)
+        (tmp_path / "cls" / student / ASSIGNMENT / NOTEBOOK).write_text("{}")
+    (tmp_path / "cls" / "zed" / ASSIGNMENT).mkdir(parents=True)
+    (tmp_path / "cls" / "zed" / "notes.txt").write_text("x")
+    subs = {s.student.lower(): s for s in collect(tmp_path / "cls", [ASSIGNMENT], tmp_path / "u")}
+    assert len(subs["ann"].notebooks) == 2 and "merged" in subs["ann"].notes[0]
+    assert subs["zed"].problem.startswith("no .ipynb file")
+
+
+def test_notebook_time_limit_kills_the_worker(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import time\nfor _ in range(100):\n    time.sleep(0.1)"),
+        nbformat.v4.new_code_cell("time.sleep(60)")])
+    start = time.perf_counter()
+    executed, report = run_sandboxed(nb, tmp_path, Limits(cell_timeout=90, notebook_timeout=8,
+                                                         guard=False))
+    assert executed is None and "ran past its 8 s limit" in report.review[0]
+    assert time.perf_counter() - start < 30
+
+
+def _write_small_class(course, dest, n=4):
+    toy, _ = lessons(course)
+    cases = corpus.toy_cases(toy)
+    for student in ["ok_correct", "ok_blank", "deleted_test_cell", "edited_test_cell"][:n]:
+        for rel, nb in cases[student].items():
+            path = dest / student / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, path)
+    return dest
+
+
+def test_kill_mid_batch_loses_nothing_and_rerun_completes(course, tmp_path):
+    cls, out = _write_small_class(course, tmp_path / "cls"), tmp_path / "out"
+    args = ["--course", course, "grade", cls, "--out", out, "-j", "1", "--timeout", "20",
+            "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", *map(str, args)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while not list((out / "results").glob(f"{ASSIGNMENT}/*.json")) and time.time() < deadline:
+        assert proc.poll() is None, "the batch ended before it could be killed"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = {p.name: p.read_text() for p in (out / "results" / ASSIGNMENT).glob("*.json")}
+    assert 1 <= len(first) < 4
+    assert len(rows(out)) == len(first), "grades.csv holds exactly the committed grades"
+    done = cli(*args, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(first)} unchanged since the last run" in done.stdout
+    final = rows(out)
+    assert sorted(s for s, _ in final) == ["deleted_test_cell", "edited_test_cell", "ok_blank",
+                                           "ok_correct"]
+    for (student, _), row in final.items():
+        assert float(row["score"]) == corpus.CASES[student][1], (student, row)
+    for name, text in first.items():   # committed before the kill, kept as it was
+        assert (out / "results" / ASSIGNMENT / name).read_text() == text
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{out / 'work' / 'gradebook.db'}") as gb:
+        subs = gb.find_assignment(ASSIGNMENT).submissions
+        assert sorted(s.student.id for s in subs) == sorted(s for s, _ in final)
+
+
+def _postgres_bin():
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).resolve().parent
+    cands = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return Path(cands[-1]).parent if cands else None
+
+
+@pytest.fixture
+def postgres_url():
+    """A throwaway PostgreSQL server on a Unix socket; skips when PostgreSQL is not installed."""
+    bindir = _postgres_bin()
+    if bindir is None or not (bindir / "initdb").exists():
+        pytest.skip("PostgreSQL not installed (Debian: apt-get install -y postgresql)")
+    base = Path(tempfile.mkdtemp(prefix="grader-pg-"))
+    run_as = []
+    if os.geteuid() == 0:   # initdb refuses to run as root
+        import pwd
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a 'postgres' user to run the server")
+        os.chown(base, pw.pw_uid, pw.pw_gid)
+        run_as = ["runuser", "-u", "postgres", "--"]
+    data, port = base / "data", 54329
+    subprocess.run(run_as + [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U",
+                             "grader", "--no-sync"], check=True, capture_output=True)
+    subprocess.run(run_as + [str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(base / "log"),
+                             "-o", f"-k {base} -p {port} -c listen_addresses=''", "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql://grader@/postgres?host={base}&port={port}"
+    finally:
+        subprocess.run(run_as + [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                                 "stop"], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_postgresql_gradebook(course, tmp_path, postgres_url):
+    cls = _write_small_class(course, tmp_path / "cls", n=2)
+    out = tmp_path / "out"
+    results = grade_class(course, cls, out, timeout=20, progress=False, jobs=2, db_url=postgres_url)
+    assert [(r.student, r.score) for r in results] == [("ok_blank", 0), ("ok_correct", 6)]
+    assert not (out / "work" / "gradebook.db").exists()
+    from nbgrader.api import Gradebook
+    from autograder.config import sqlalchemy_url
+    with Gradebook(sqlalchemy_url(postgres_url)) as gb:
+        assert gb.find_submission(ASSIGNMENT, "ok_correct").score == 6
+    again = grade_class(course, cls, out, timeout=20, progress=False, db_url=postgres_url)
+    assert all(r.reused for r in again)
+    assert json.loads((out / "results" / ASSIGNMENT / "ok_correct.json").read_text())["score"] == 6
