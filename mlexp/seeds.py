@@ -206,8 +206,12 @@ def run_notebook(path, seed: int | None, grading: bool = False, timeout: int = 1
     text the notebook printed (stdout streams), joined. Raises nbclient's CellExecutionError when
     a cell fails, ValueError when a seed is given for a notebook without a SEED line.
     """
-    import nbformat
-    from nbclient import NotebookClient
+    try:
+        import nbformat
+        from nbclient import NotebookClient
+    except ImportError as exc:
+        raise ImportError(f"seed runs execute notebooks with nbclient and nbformat ({exc.name} is missing): "
+                          "install them with `pip install -e '.[grade]'`.") from exc
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
