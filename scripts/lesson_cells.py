@@ -43,7 +43,8 @@ BRANCH = "main"
 #        what takes the time when every cell runs)
 LESSONS = {
     "00_token_mixing": ("Token mixing: convolution, recurrence, attention", 60,
-                        "the recall probe (section 5) and the five language models (section 6)"),
+                        "the recall probe (section 5, four models of 1,000 steps) and the five "
+                        "language models (section 6); section 7 lists what each run cost"),
     "01_running_sum": ("Attention as a running sum", 75, "the decode-cost measurements and timings"),
     "02_fixed_state_recall": ("What a fixed state cannot hold", 60, "the recall training in section 6"),
     "03_gates_and_delta_rule": ("Gates and the delta rule", 90, "the recall-with-overwrites training"),
