@@ -64,8 +64,7 @@ class Result:
 
 @dataclass
 class _Job:
-    sub: object
-    names: list
+    sub: object                # the collect.Submission
     notebooks: dict            # expected name -> repaired NotebookNode
     result: Result
 
@@ -100,7 +99,7 @@ class _Lesson:
 def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
     """Choose, read and repair the student's notebooks (no execution); never raises."""
     res = Result(sub.student, sub.assignment, notes=list(sub.notes))
-    job = _Job(sub, lesson.names if lesson else [], {}, res)
+    job = _Job(sub, {}, res)
     if sub.problem:
         res.status = "rejected: " + sub.problem
         res.digest = digest("rejected", sub.problem, *(p.name for p in sub.notebooks))
@@ -263,13 +262,13 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         else:
             todo.append(job)
     max_scores = {}
-    csv_lock = threading.Lock()
+    atomic_write(out / "isolation.txt", "".join(
+        f"{n}\n" for n in sandbox.isolation_notes(limits)) or "fully isolated\n")
 
-    def commit(job, res):
-        with csv_lock:
-            results[id(job)] = res
-            save_result(out, asdict(res))
-            _write_partial(out, prepared, results, lessons, max_scores)
+    def commit(job, res):   # in this thread only: the journal entry, then grades.csv
+        results[id(job)] = res
+        save_result(out, asdict(res))
+        _write_partial(out, prepared, results, lessons, max_scores)
 
     bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress)
     saved_env = os.environ.get("NBGRADER_EXECUTION")   # nbgrader's autograde deletes it

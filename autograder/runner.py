@@ -71,6 +71,16 @@ def _error_text(cell) -> str:
     return f"{errs[0].get('ename')}: {errs[0].get('evalue')}"[:200] if errs else ""
 
 
+def _kill_group(pgid) -> None:
+    import os
+    import signal
+    if pgid and hasattr(os, "killpg") and pgid != os.getpgid(0):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def run_job(job: dict) -> dict:
     """Execute ``job["input"]``; write ``job["output"]``; return the report dict.
 
@@ -115,12 +125,19 @@ def run_job(job: dict) -> dict:
         client.km = client.kernel_manager_class(kernel_name=client.kernel_name,
                                                 transport=job["transport"],
                                                 ip=str(Path(job["cwd"]) / ".kernel-ipc"))
+    kernel_group = []
+
+    def on_start(**_):   # the kernel runs in its own session: remember it to clean up after
+        kernel_group.append(getattr(client.km.provisioner, "pgid", None))
+
+    client.on_notebook_start = on_start
     try:
         client.execute()
     except DeadKernelError:
         report["kernel_died"] = "the kernel died"
     except Exception as exc:   # a kernel that never starts, a broken client: report, keep outputs
         report["kernel_died"] = f"{type(exc).__name__}: {exc}"[:300]
+    _kill_group(kernel_group[0] if kernel_group else None)   # background processes it left
     kept = []
     for i, cell in enumerate(nb.cells):
         if GUARD_MARK in cell.metadata:

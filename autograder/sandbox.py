@@ -76,7 +76,6 @@ class Limits:
 @dataclass
 class SandboxReport:
     """What happened to one notebook's execution, for the per-student status."""
-    notes: list = field(default_factory=list)      # isolation that could not be applied, etc.
     review: list = field(default_factory=list)     # reasons a person should look at it
     restored: dict = field(default_factory=dict)   # grade_id -> names restored before/during
 
@@ -127,7 +126,7 @@ def run_sandboxed(nb: NotebookNode, data_dir: Path, limits: Limits) -> tuple:
     raises for what the student's code does; a child that exceeds the notebook time limit is
     killed with its whole process group and the result is None.
     """
-    report = SandboxReport()
+    report, proc = SandboxReport(), None
     as_nobody = _probe()["nobody"]
     scratch = Path(tempfile.mkdtemp(prefix="autograder-job-"))
     try:
@@ -185,7 +184,9 @@ def run_sandboxed(nb: NotebookNode, data_dir: Path, limits: Limits) -> tuple:
                                                           "test cell but no traceback was shown"))
         return executed, report
     finally:
-        ACTIVE.discard(locals().get("proc"))
+        if proc is not None:
+            _kill(proc)   # whatever of the worker's process group is left
+            ACTIVE.discard(proc)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -256,7 +257,6 @@ class SandboxedExecute(NbGraderPreprocessor):
             os.environ["NBGRADER_EXECUTION"] = "autograde"
         sink = getattr(CONTEXT, "report", None)
         if sink is not None:
-            sink.notes.extend(report.notes)
             sink.review.extend(report.review)
             sink.restored.update(report.restored)
         return finish_notebook(executed, original), resources

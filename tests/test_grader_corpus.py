@@ -116,6 +116,7 @@ def test_feedback_never_shows_hidden_tests(graded_corpus):
         assert HIDDEN_MARK not in page.read_text(), page
     autograded = out / "work" / "autograded" / "ok_correct" / ASSIGNMENT / NOTEBOOK
     assert HIDDEN_MARK in autograded.read_text(), "the hidden test did run"
+    assert "experiment mode: autograde" in autograded.read_text(), "the kernel saw NBGRADER_EXECUTION"
 
 
 def test_rerun_is_idempotent_and_force_regrades_one(graded_corpus, tmp_path):
