@@ -34,7 +34,7 @@ __all__ = ["ResultLine", "parse_result_line", "result_lines", "set_seed", "find_
            "aggregate", "format_markdown", "parse_markdown", "run_notebook", "run_lessons", "main"]
 
 SEED_LINE = re.compile(r"^SEED\s*=\s*-?\d+\b", re.MULTILINE)   # the one line a seed run rewrites
-_FIELD = re.compile(r"([A-Za-z_][\w.\-]*)=(.*?)(?=\s+[A-Za-z_][\w.\-]*=|\s*$)")
+_FIELD = re.compile(r"([A-Za-z_][\w.\-/]*)=(.*?)(?=\s+[A-Za-z_][\w.\-/]*=|\s*$)")
 _NUMBER = re.compile(r"^([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(.*)$")
 SKIP_KEYS = {"seed"}                                  # echoes of the seed itself are not results
 

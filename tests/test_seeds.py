@@ -93,3 +93,10 @@ def test_run_notebook_shifts_the_seed_and_collects_results(tmp_path):
     assert row[("fake", "value")]["values"] == [1, 7]
     assert row[("fake", "value")]["sd"] == pytest.approx(math.sqrt(18), abs=0.05)   # printed with 1 decimal
     assert row[("fake", "grading")]["values"] == [0, 0]       # full size unless --grading
+
+
+def test_parse_keys_with_a_slash():
+    """Ratios printed as ``a/b=21.4x`` (lesson 01) are results too, not dropped."""
+    r = parse_result_line("RESULT forms_time_ms T=2048 chunk=8.67 recurrent/chunk=21.4x")
+    assert r.numbers == {"T": 2048.0, "chunk": 8.67, "recurrent/chunk": 21.4}
+    assert r.units["recurrent/chunk"] == "x"
