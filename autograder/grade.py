@@ -145,7 +145,7 @@ class _Grader:
         return self.local.api
 
     def grade(self, job: _Job) -> Result:
-        res, sub = job.result, job.sub
+        res = job.result
         sandbox.CONTEXT.limits = self.limits
         sandbox.CONTEXT.report = report = sandbox.SandboxReport()
         with sandbox.GRADEBOOK_LOCK:
