@@ -53,6 +53,7 @@ CASES = {
     "kernel_killed": ("needs manual review", 0, "the kernel died"),
     "network_probe": ("graded", None, ""),          # 6 where a network namespace is allowed, else 3
     "looks_for_grades": ("graded", 6, ""),
+    "feels_its_limits": ("graded", 6, ""),          # memory and CPU-time limits are in force
     "broken_json": ("rejected", 0, "not valid notebook JSON"),
     "empty_file": ("rejected", 0, "the file is empty"),
     "huge_file": ("rejected", 0, "MiB limit"),
@@ -166,6 +167,13 @@ def toy_cases(lesson) -> dict:
         "mul": "import os\nSEEN = [p for d in ('.', '..', '../..') for p in os.listdir(d)\n"
                "        if p in ('gradebook.db', 'solutions', 'source', 'autograded')]\n"
                "def mul(a, b):\n    return a * b if not SEEN else SEEN"})}
+    files["feels_its_limits"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {
+        **right,
+        "mul": "import mmap, resource\n"
+               "LIMITED = resource.getrlimit(resource.RLIMIT_CPU)[0] != resource.RLIM_INFINITY\n"
+               "try:\n    mmap.mmap(-1, 6 * 2**30)   # address space only, no memory touched\n"
+               "except OSError:\n    pass\nelse:\n    LIMITED = False\n"
+               "def mul(a, b):\n    return a * b if LIMITED else None"})}
     files["broken_json"] = {f"{ASSIGNMENT}/{NOTEBOOK}": b'{"cells": [ broken'}
     files["empty_file"] = {f"{ASSIGNMENT}/{NOTEBOOK}": b""}
     big = copy.deepcopy(good)
