@@ -85,7 +85,7 @@ def grade_class_zip(assignment: str, tmp: Path):
             zf.write(f, f.relative_to(tmp / "export").as_posix())
     out = tmp / "out"
     proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(zpath), "--out",
-                           str(out), "--no-progress"], cwd=REPO, capture_output=True, text=True,
+                           str(out), "--no-progress", "-j", "2"], cwd=REPO, capture_output=True, text=True,
                           timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with open(out / "grades.csv") as f:
