@@ -29,6 +29,18 @@ __all__ = ["new_token", "setup_source", "guard_source", "DEFAULT_WATCH"]
 DEFAULT_WATCH = ("builtins", "math", "operator", "functools", "cmath", "statistics")
 OPTIONAL_WATCH = ("numpy", "torch", "mlexp")
 
+
+def _library_rewrap(new, old, modname):
+    """True when a library wrapped its own function (torch._dynamo rebinds torch.manual_seed to a
+    functools.wraps wrapper on import): the wrapper's code lives inside that library's package."""
+    import os
+    import sys
+    pkg = sys.modules.get(modname.split(".")[0])
+    root = os.path.dirname(getattr(pkg, "__file__", "") or "")
+    code = getattr(new, "__code__", None)
+    return (bool(root) and code is not None and getattr(new, "__wrapped__", None) is old
+            and code.co_filename.startswith(root + os.sep))
+
 _SETUP = r'''
 KERNEL_MANAGED = ("input", "raw_input", "getpass")
 
@@ -75,7 +87,7 @@ def _grader_setup(token, watch, user_ns):
                 changed.append("sys.modules[%r]" % modname)
             current = vars(mod)
             for k, v in attrs.items():
-                if current.get(k, missing) is not v:
+                if current.get(k, missing) is not v and not _library_rewrap(current.get(k), v, modname):
                     try:
                         setattr(mod, k, v)
                         changed.append(modname + "." + k)
