@@ -30,22 +30,25 @@ DEFAULT_WATCH = ("builtins", "math", "operator", "functools", "cmath", "statisti
 OPTIONAL_WATCH = ("numpy", "torch", "mlexp")
 
 
-def _library_rewrap(new, old, modname):
-    """True when a library wrapped its own function (torch._dynamo rebinds torch.manual_seed to a
-    functools.wraps wrapper on import): the wrapper's code lives inside that library's package."""
-    import os
-    import sys
-    pkg = sys.modules.get(modname.split(".")[0])
-    root = os.path.dirname(getattr(pkg, "__file__", "") or "")
-    code = getattr(new, "__code__", None)
-    return (bool(root) and code is not None and getattr(new, "__wrapped__", None) is old
-            and code.co_filename.startswith(root + os.sep))
+
 
 _SETUP = r'''
 KERNEL_MANAGED = ("input", "raw_input", "getpass")
 
 def _grader_setup(token, watch, user_ns):
     import builtins, importlib, sys, types
+
+    def _library_rewrap(new, old, modname):
+        """True when a library wrapped its own function (torch._dynamo rebinds torch.manual_seed to a
+        functools.wraps wrapper on import): the wrapper's code lives inside that library's package."""
+        import os
+        import sys
+        pkg = sys.modules.get(modname.split(".")[0])
+        root = os.path.dirname(getattr(pkg, "__file__", "") or "")
+        code = getattr(new, "__code__", None)
+        return (bool(root) and code is not None and getattr(new, "__wrapped__", None) is old
+                and code.co_filename.startswith(root + os.sep))
+
     for name in watch:
         try:
             importlib.import_module(name)
