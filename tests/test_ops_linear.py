@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from mlexp.ops import gated_linear_attention, linear_attention
+from mlexp.ops import gated, gated_linear_attention, linear_attention
 
 IMPLS = ("recurrent", "parallel", "chunk")
 # (B, H, T, Dk, Dv, C): T below, equal to, and not a multiple of the chunk; H > 1; Dk != Dv.
@@ -182,13 +182,26 @@ def test_gated_impls_agree_float64(shape, with_state, per_channel):
         torch.testing.assert_close(S, ref_S, rtol=1e-10, atol=1e-10, msg=f"{impl} final state")
 
 
+def _max_chunk_span(g, C):
+    """The most any chunk of C tokens decays, in log units (what picks the per-channel path)."""
+    T = g.shape[2]
+    return max((-g[:, :, s:s + C].sum(dim=2)).max().item() for s in range(0, T, C))
+
+
+# Per-channel decay has two chunkwise forms: one matmul per chunk when a chunk decays by at most
+# SPAN (mild), exact 16-token sub-blocks otherwise (strong). Both are checked on purpose.
+DECAY_STRENGTH = {"mild": 0.3, "strong": 4.0}
+
+
+@pytest.mark.parametrize("decay", DECAY_STRENGTH)
 @pytest.mark.parametrize("per_channel", [False, True], ids=["scalar", "channel"])
-def test_gated_chunk_sub_blocks_agree(per_channel):
+def test_gated_chunk_sub_blocks_agree(per_channel, decay):
     """Chunks longer than the 16-token sub-block exercise the split decay exp(b_i - b_r) exp(b_r - b_j)."""
     q, k, v = _inputs(1, 2, 100, 4, 3)
-    g = _log_decay(1, 2, 100, 4, per_channel, strength=0.3)
+    g = _log_decay(1, 2, 100, 4, per_channel, strength=DECAY_STRENGTH[decay])
     ref = gated_linear_attention(q, k, v, g, impl="recurrent")
     for C in (37, 64):
+        assert (_max_chunk_span(g, C) > gated.SPAN) == (decay == "strong")
         out = gated_linear_attention(q, k, v, g, impl="chunk", chunk_size=C)
         torch.testing.assert_close(out[0], ref[0], rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(out[1], ref[1], rtol=1e-10, atol=1e-10)
@@ -227,12 +240,14 @@ def test_gated_strong_decay_stays_finite_in_fp32(per_channel):
         assert _rms_rel(o, ref_o) < 1e-5 and _rms_rel(S, ref_S) < 1e-5, impl
 
 
-@pytest.mark.parametrize("per_channel", [False, True], ids=["scalar", "channel"])
-def test_gated_chunk_gradcheck(per_channel):
+@pytest.mark.parametrize("per_channel, decay", [(False, "mild"), (True, "mild"), (True, "strong")],
+                         ids=["scalar", "channel-mild", "channel-strong"])
+def test_gated_chunk_gradcheck(per_channel, decay):
     # per channel: T = 18 in one chunk of 18 also covers the split left of a 16-token sub-block
     B, H, T, Dk, Dv, C = (1, 1, 18, 2, 2, 18) if per_channel else (1, 2, 9, 3, 2, 4)
     q, k, v = _inputs(B, H, T, Dk, Dv)
-    g = _log_decay(B, H, T, Dk, per_channel, strength=0.5)
+    g = _log_decay(B, H, T, Dk, per_channel, strength={"mild": 0.5, "strong": 5.0}[decay])
+    assert (_max_chunk_span(g, C) > gated.SPAN) == (decay == "strong")
     S0 = _rand(B, H, Dk, Dv, seed=5)
     args = [x.clone().requires_grad_() for x in (q, k, v, g, S0)]
 

@@ -7,6 +7,7 @@ from ._common import check_chunk_size, check_log_decay, check_qkv, check_state, 
 __all__ = ["gated_linear_attention"]
 
 SUB = 16  # sub-block length inside a chunk for per-channel decay (see _intra_channel)
+SPAN = 30.0  # largest log-decay a chunk may span for its one-matmul form (see _intra_channel_matmul)
 
 
 def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_size=64, scale=None):
@@ -134,6 +135,23 @@ def _intra_channel(q, k, b, sub=SUB):
     return torch.cat(rows, dim=-2)
 
 
+def _intra_channel_matmul(q, k, b):
+    """Per-channel decayed scores inside one chunk as one matmul, when the chunk's decay is mild.
+
+    exp(b_i - b_j) = exp(b_i - b_0) * exp(b_0 - b_j) with b_0 the chunk's first token: the first
+    factor is in (0, 1], the second in [1, exp(span)] where span = b_0 - b_(C-1) is the most the
+    chunk decays. The caller uses this form only when span <= SPAN (30), so neither factor
+    leaves float32's range (e^30 ~ 1e13) and each product carries float32's relative error;
+    a stronger decay goes through :func:`_intra_channel` instead. The weights above the diagonal
+    (j > i) are finite here and masked to 0 after the matmul.
+    """
+    C = q.shape[-2]
+    b0 = b[..., :1, :]
+    A = (q * (b - b0).exp()) @ (k * (b0 - b).exp()).transpose(-1, -2)
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    return A * causal
+
+
 def _chunk(q, k, v, g, S0, per_channel, C):
     """Chunkwise form: decayed masked scores inside each block of C tokens, the state across blocks."""
     B, H, T, Dk = q.shape
@@ -141,8 +159,10 @@ def _chunk(q, k, v, g, S0, per_channel, C):
     pad = N * C - T                                             # padded tokens: k = v = 0, g = 0
     q, k, v, g = (F.pad(x, (0, 0, 0, pad)).view(B, H, N, C, x.shape[-1]) for x in (q, k, v, g))
     b = g.cumsum(dim=3)                                         # within-block cumulative log: (B, H, N, C, 1 or Dk)
-    if per_channel:
-        A = _intra_channel(q, k, b)                             # (B, H, N, C, C)
+    if per_channel and (b[..., 0, :] - b[..., -1, :]).max() <= SPAN:
+        A = _intra_channel_matmul(q, k, b)                      # mild decay: one matmul per chunk
+    elif per_channel:
+        A = _intra_channel(q, k, b)                             # strong decay: exact sub-blocks
     else:
         A = (q @ k.transpose(-1, -2)) * _decay_matrix(b)        # (B, H, N, C, C)
     b_last = b[..., -1:, :]                                     # (B, H, N, 1, 1 or Dk)
