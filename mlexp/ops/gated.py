@@ -19,7 +19,8 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
     exp(b_t) * exp(-b_{t-s}), which overflows once b is large and negative.
     Sources: RetNet (Sun et al., 2023) and Mamba-2 (Dao and Gu, 2024) for a scalar decay per
     head (and token); GLA (Yang et al., 2023) for a decay per key channel and the sub-block
-    chunkwise form used here.
+    chunkwise form used here when a chunk decays strongly (more than e^30; milder chunks take
+    one matmul, see _intra_channel_matmul).
 
     Args:
         q, k: (B, H, T, Dk); v: (B, H, T, Dv). One floating dtype and one device; float16 and
