@@ -146,11 +146,8 @@ def _intra_channel_matmul(q, k, b):
     a stronger decay goes through :func:`_intra_channel` instead. The weights above the diagonal
     (j > i) are finite here and masked to 0 after the matmul.
     """
-    C = q.shape[-2]
     b0 = b[..., :1, :]
-    A = (q * (b - b0).exp()) @ (k * (b0 - b).exp()).transpose(-1, -2)
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    return A * causal
+    return ((q * (b - b0).exp()) @ (k * (b0 - b).exp()).transpose(-1, -2)).tril()
 
 
 def _chunk(q, k, v, g, S0, per_channel, C):
