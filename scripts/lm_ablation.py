@@ -54,15 +54,35 @@ def run(mixer: str, setting: dict, seed: int, data) -> float:
     return hist["val_loss"][-1]
 
 
-def read_rows(path: Path) -> dict:
-    """Rows of a table this script wrote before: {setting: markdown row}."""
+COLUMNS = ["setting", "seeds", *MIXERS, "LSTM - conv", "attention - conv"]
+
+
+def table_row(name: str, seeds: list, losses: dict) -> dict:
+    """One row of the table, as the strings it is written with."""
+    return {"setting": name, "seeds": " ".join(map(str, seeds)),
+            **{m: f"{losses[m]:.3f}" for m in MIXERS},
+            "LSTM - conv": f"{losses['LSTM'] - losses['conv']:+.3f}",
+            "attention - conv": f"{losses['attention'] - losses['conv']:+.3f}"}
+
+
+def read_table(path: Path) -> dict:
+    """The rows of a table this script wrote, {setting: {column: string}}; {} when there is none."""
     rows = {}
     if path and path.is_file():
         for line in path.read_text().splitlines():
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             if line.startswith("| ") and cells[0] in SETTINGS:
-                rows[cells[0]] = line
+                rows[cells[0]] = dict(zip(COLUMNS, cells))
     return rows
+
+
+def format_table(rows: dict) -> str:
+    """Markdown for the rows, in SETTINGS order."""
+    lines = ["Final validation loss (nats/char) of lesson 00's language models with one unstated training",
+             "setting changed, mean over the seeds listed; written by `scripts/lm_ablation.py`.", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(rows[name][c] for c in COLUMNS) + " |" for name in SETTINGS if name in rows]
+    return "\n".join(lines)
 
 
 def main():
@@ -76,7 +96,7 @@ def main():
     if unknown:
         p.error(f"unknown settings {unknown}; choose from {list(SETTINGS)}")
     data = load_char_corpus()
-    rows = read_rows(args.out)
+    rows = read_table(args.out)
     for name in args.settings:
         losses = {}
         for mixer in MIXERS:
@@ -87,15 +107,8 @@ def main():
                 print(f"{name:32s} {mixer:10s} seed {seed}: {vals[-1]:.3f} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)
             losses[mixer] = statistics.mean(vals)
-        rows[name] = (f"| {name} | {' '.join(map(str, args.seeds))} | "
-                      + " | ".join(f"{losses[m]:.3f}" for m in MIXERS)
-                      + f" | {losses['LSTM'] - losses['conv']:+.3f} | {losses['attention'] - losses['conv']:+.3f} |")
-    lines = ["Final validation loss (nats/char) of lesson 00's language models with one unstated training",
-             "setting changed, mean over the seeds listed; written by `scripts/lm_ablation.py`.", "",
-             f"| setting | seeds | {' | '.join(MIXERS)} | LSTM - conv | attention - conv |",
-             "|" + "---|" * (len(MIXERS) + 4)]
-    lines += [rows[name] for name in SETTINGS if name in rows]
-    table = "\n".join(lines)
+        rows[name] = table_row(name, args.seeds, losses)
+    table = format_table(rows)
     print("\n" + table)
     if args.out:
         args.out.write_text(table + "\n")

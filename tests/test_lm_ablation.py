@@ -12,16 +12,11 @@ lm_ablation = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lm_ablation)
 
 
-def rows_of(text):
-    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
-    header = [c.strip() for c in lines[0].strip().strip("|").split("|")]
-    return {r[0]: dict(zip(header[1:], r[1:]))
-            for r in ([c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines[1:])}
-
-
 def test_committed_table_is_consistent():
     for folder in ("solutions", "lessons"):
-        table = rows_of((REPO / folder / "00_token_mixing" / "lm_ablation.md").read_text())
+        path = REPO / folder / "00_token_mixing" / "lm_ablation.md"
+        table = lm_ablation.read_table(path)
+        assert lm_ablation.format_table(table) + "\n" == path.read_text(), "not as the script writes it"
         assert set(table) == set(lm_ablation.SETTINGS), folder
         for name, r in table.items():
             for other in ("LSTM", "attention"):
@@ -38,7 +33,7 @@ def test_rerun_replaces_its_rows_and_keeps_the_others(tmp_path, monkeypatch, cap
                  ["--seeds", "0", "2", "--settings", "batch 16"]):
         monkeypatch.setattr(sys, "argv", ["lm_ablation.py", *argv, "--out", str(out)])
         lm_ablation.main()
-    table = rows_of(out.read_text())
+    table = lm_ablation.read_table(out)
     assert list(table) == ["lr 1e-3", "batch 16"]                   # SETTINGS order, both kept
     assert table["lr 1e-3"]["seeds"] == "0" and table["lr 1e-3"]["conv"] == "1.500"
     assert table["batch 16"]["seeds"] == "0 2" and table["batch 16"]["conv"] == "1.510"
