@@ -5,7 +5,9 @@ import time
 from pathlib import Path
 
 from .build import BuildError
-from .config import CELL_TIMEOUT_S, find_course_root
+from .config import find_course_root
+from .options import add_arguments, from_arguments
+from .sandbox import SandboxUnavailable
 
 __all__ = ["main", "parser"]
 
@@ -27,8 +29,7 @@ def parser() -> argparse.ArgumentParser:
                         "(default: the demo class in autograder/demo/submissions)")
     g.add_argument("--out", required=True, metavar="DIR",
                    help="output folder: grades.csv, feedback/, and nbgrader's work/ folder")
-    g.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, metavar="S",
-                   help=f"seconds a single cell may run (default {CELL_TIMEOUT_S})")
+    add_arguments(g)
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="students graded at once, each in its own process (default 1)")
@@ -37,19 +38,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--db", metavar="URL",
                    help="gradebook URL, e.g. postgresql://user@host/course "
                         "(default: SQLite in DIR/work/gradebook.db)")
-    g.add_argument("--notebook-timeout", type=int, default=600, metavar="S",
-                   help="seconds a whole notebook may run (default 600)")
-    g.add_argument("--memory", type=int, default=4096, metavar="MIB",
-                   help="address-space limit of a student's process in MiB (default 4096)")
-    g.add_argument("--cpu-time", type=int, default=900, metavar="S",
-                   help="CPU seconds a student's process may use (default 900)")
     g.add_argument("--max-size", type=float, default=20, metavar="MIB",
                    help="larger notebooks are rejected (default 20 MiB)")
 
     c = sub.add_parser("check", help="run a notebook's visible tests; print PASS/FAIL and hints")
     c.add_argument("notebook", help="path of the .ipynb to check")
-    c.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, metavar="S",
-                   help=f"seconds a single cell may run (default {CELL_TIMEOUT_S})")
+    add_arguments(c, only={"cell_timeout", "notebook_timeout", "memory_mb"})
 
     d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
     d.add_argument("--check", action="store_true",
@@ -75,16 +69,14 @@ def _build(args) -> int:
 
 def _grade(args) -> int:
     from .grade import format_table, grade_class
-    from .sandbox import Limits, isolation_notes
+    from .sandbox import isolation_notes
     root = find_course_root(args.course)
-    limits = Limits(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
-                    memory_mb=args.memory, cpu_seconds=args.cpu_time)
+    options = from_arguments(args)
     start = time.perf_counter()
     try:
-        results = grade_class(root, args.submissions, Path(args.out), timeout=args.timeout,
+        results = grade_class(root, args.submissions, Path(args.out), options=options,
                               progress=not args.no_progress, jobs=args.jobs, force=args.force,
-                              db_url=args.db, limits=limits,
-                              max_bytes=int(args.max_size * 2**20))
+                              db_url=args.db, max_bytes=int(args.max_size * 2**20))
     except KeyboardInterrupt:
         print(f"\ninterrupted: every grade committed so far is kept in {args.out}/results and "
               f"{args.out}/grades.csv; run the same command again to finish.", file=sys.stderr)
@@ -96,7 +88,7 @@ def _grade(args) -> int:
     print(f"\n{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
           f"{reused} unchanged since the last run (kept; --force regrades); "
           f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
-    for note in isolation_notes(limits):
+    for note in isolation_notes(options):
         print("isolation:", note)
     review = [r for r in results if r.status.startswith("needs manual review")]
     rejected = [r for r in results if r.status.startswith("rejected")]
@@ -108,8 +100,8 @@ def _grade(args) -> int:
 
 def _check(args) -> int:
     from .check import check_notebook, format_report
-    results = check_notebook(args.notebook, timeout=args.timeout)
-    print(format_report(Path(args.notebook).name, results))
+    results, notes = check_notebook(args.notebook, from_arguments(args), course=args.course)
+    print(format_report(Path(args.notebook).name, results, notes))
     return 0 if results and all(r.passed for r in results) else 1
 
 
@@ -134,6 +126,6 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"build": _build, "grade": _grade, "check": _check, "demo": _demo}[args.command](args)
-    except (FileNotFoundError, ValueError, BuildError) as exc:   # NotebookError is a ValueError
+    except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -6,13 +6,16 @@ from pathlib import Path
 
 from traitlets.config import Config
 
+from .options import GradingOptions
+
 __all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root",
            "list_assignments", "apply_course_settings", "ensure_venv_on_path", "new_gradebook",
            "work_config", "sqlalchemy_url", "PACKAGE_PARENT"]
 
 # A graded submission runs its experiments at token size (mlexp.budget), so a cell that needs
-# more than a minute is stuck (an endless loop, a full-size training run) rather than slow.
-CELL_TIMEOUT_S = 60
+# more than a minute is stuck (an endless loop, a full-size training run) rather than slow. The
+# default lives in autograder.options with every other limit.
+CELL_TIMEOUT_S = GradingOptions().cell_timeout
 
 # nbgrader's feedback shows the autograded notebook as it ran, hidden tests included (autograde
 # restores every test cell from the gradebook). HideHiddenTests removes them before rendering.
@@ -23,7 +26,7 @@ FEEDBACK_PREPROCESSORS = [
 ]
 
 # ipykernel 7 warns on stderr at every start that its local TCP sockets are unencrypted; for a
-# batch of kernels that line is noise (sandboxing each student is a separate step, issue 7).
+# batch of kernels that line is noise (each student's kernel talks over its own IPC sockets).
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent

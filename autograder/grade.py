@@ -2,13 +2,15 @@
 
 One run: collect the submissions (a folder or an LMS zip), choose and repair each student's
 notebook against the released lesson, then for each student not already graded with the same
-bytes, let nbgrader autograde it with execution moved into a sandboxed child process
-(autograder.sandbox), render feedback without hidden tests, and commit the result to the
-journal (autograder.journal). ``jobs`` students run at once; everything that touches the
-gradebook is serialised in this process (the only writer of grades).
+bytes, let nbgrader autograde it with execution moved into the trusted harness (test cells run
+there, the student's cells in a sandboxed kernel: autograder.sandbox), render feedback without
+hidden tests, and commit the result to the journal (autograder.journal). ``jobs`` students run
+at once; everything that touches the gradebook is serialised in this process (the only writer
+of grades).
 """
 import csv
 import io
+import json
 import os
 import re
 import shutil
@@ -27,8 +29,9 @@ from tqdm.auto import tqdm
 from . import sandbox
 from .build import generate_release
 from .collect import choose_notebook, collect
-from .config import CELL_TIMEOUT_S, list_assignments, work_config
+from .config import list_assignments, work_config
 from .journal import atomic_write, digest, load_result, save_result
+from .options import GradingOptions
 from .repair import SubmissionRejected, read_notebook_text, repair_notebook
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
@@ -37,7 +40,7 @@ __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIO
 DEMO_SUBMISSIONS = Path(__file__).resolve().parent / "demo" / "submissions"
 BASE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "notes"]
 MAX_NOTEBOOK_BYTES = 20 * 2**20      # a lesson with its outputs is well under 5 MiB
-GRADER_VERSION = "2"                 # part of each job's digest: bump to regrade everything
+GRADER_VERSION = "3"                 # part of each job's digest: bump to regrade everything
 SANDBOX_PREPROCESSORS = [
     "autograder.sandbox.SandboxedExecute", "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
@@ -67,6 +70,21 @@ class _Job:
     sub: object                # the collect.Submission
     notebooks: dict            # expected name -> repaired NotebookNode
     result: Result
+    review: list = field(default_factory=list)   # reasons found before or after the run
+
+
+def _status(report: dict, review: list, options: GradingOptions) -> str:
+    """The status of a graded submission from the harness report and the repair's findings."""
+    reasons = list(dict.fromkeys(review + sandbox.review_reasons(report)))
+    if reasons:
+        return "needs manual review: " + "; ".join(reasons)
+    if report.get("timeouts"):
+        return (f"timed out: {', '.join(report['timeouts'][:6])} ran past the "
+                f"{options.cell_timeout} s limit per cell (scored as failed)")
+    return "graded"
+
+
+TAMPERING = "grader settings of"      # the repair note of a graded cell whose metadata was changed
 
 
 def _reason(text: str) -> str:
@@ -116,7 +134,9 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
             data = path.read_bytes()
             parts += [name, data]
             nb, notes = read_notebook_text(data, max_bytes)
-            res.notes += notes + repair_notebook(nb, lesson.release[name], lesson.sources)
+            repairs = repair_notebook(nb, lesson.release[name], lesson.sources)
+            res.notes += notes + repairs
+            job.review += [n for n in repairs if TAMPERING in n]
         except SubmissionRejected as exc:
             res.status = f"rejected: '{path.name}': {exc}"
             break
@@ -135,8 +155,8 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
 class _Grader:
     """Runs nbgrader for one student at a time per thread, under sandbox.GRADEBOOK_LOCK."""
 
-    def __init__(self, work: Path, out: Path, config, limits):
-        self.work, self.out, self.config, self.limits = work, out, config, limits
+    def __init__(self, work: Path, out: Path, config, options: GradingOptions):
+        self.work, self.out, self.config, self.options = work, out, config, options
         self.local = threading.local()
 
     def api(self) -> NbGraderAPI:
@@ -146,22 +166,27 @@ class _Grader:
 
     def grade(self, job: _Job) -> Result:
         res = job.result
-        sandbox.CONTEXT.limits = self.limits
-        sandbox.CONTEXT.report = report = sandbox.SandboxReport()
+        report_file = sandbox.report_path(self.work / "reports", job.sub.assignment, job.sub.student)
+        report_file.unlink(missing_ok=True)
         with sandbox.GRADEBOOK_LOCK:
-            sandbox.CONTEXT.holds_lock = True
             try:
-                self._autograde(job, report)
+                self._autograde(job)
             except Exception as exc:   # one student's failure never stops the batch
                 res.status = f"needs manual review: grading failed ({_reason(str(exc))})"
                 res.retry = True
-            finally:
-                sandbox.CONTEXT.holds_lock = False
-        if res.status == "graded" and report.review:
-            res.status = "needs manual review: " + "; ".join(dict.fromkeys(report.review))
+        try:
+            report = json.loads(report_file.read_text())
+        except (OSError, ValueError):
+            report = {}
+        if res.status == "graded":
+            res.status = _status(report, job.review, self.options)
+        if report.get("capped"):
+            res.notes.append(f"output capped in {len(report['capped'])} cell(s) "
+                             f"({self.options.cell_output_kb} KiB per cell, "
+                             f"{self.options.notebook_output_kb} KiB per notebook)")
         return res
 
-    def _autograde(self, job, report) -> None:
+    def _autograde(self, job) -> None:
         res, sub, api = job.result, job.sub, self.api()
         dest = self.work / "submitted" / sub.student / sub.assignment
         if dest.exists():
@@ -188,7 +213,7 @@ class _Grader:
             res.exercises = {g.name: float(g.score) for nb in submitted.notebooks
                              for g in nb.grades}
             if submitted.needs_manual_grade:
-                report.review.append("nbgrader marked cells for manual grading")
+                job.review.append("nbgrader marked cells for manual grading")
         fb = api.generate_feedback(sub.assignment, sub.student, force=True)
         if not fb["success"]:
             res.notes.append("feedback failed: " + _reason(fb.get("error")))
@@ -216,22 +241,23 @@ def _release(root: Path, work: Path, needed: list, db_url) -> None:
 
 
 def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
-                timeout: int = CELL_TIMEOUT_S, progress: bool = True, jobs: int = 1,
-                force: bool = False, db_url=None, limits=None,
-                max_bytes: int = MAX_NOTEBOOK_BYTES) -> list:
+                options: GradingOptions = None, progress: bool = True, jobs: int = 1,
+                force: bool = False, db_url=None, max_bytes: int = MAX_NOTEBOOK_BYTES) -> list:
     """Grade every submission in ``submissions`` (folder or zip; default: the demo class).
 
     Writes ``out/grades.csv`` (this class, one row per student and assignment),
     ``out/feedback/<student>/<assignment>/<notebook>.html``, the journal ``out/results/`` and
     nbgrader's course folder ``out/work`` (the gradebook ``out/work/gradebook.db`` unless
     ``db_url`` names another, e.g. PostgreSQL). Results already in the journal for the same
-    bytes are reused unless ``force``; an interrupted run resumes. ``timeout`` is the per-cell
-    limit in seconds; ``limits`` (sandbox.Limits) sets the others; ``jobs`` students are graded
-    at once. Returns the Results sorted by assignment, then student. Raises FileNotFoundError /
-    ValueError when ``submissions`` holds no class.
+    bytes are reused unless ``force``; an interrupted run resumes. ``options`` (GradingOptions)
+    sets the time, memory and output limits; ``jobs`` students are graded at once. Returns the
+    Results sorted by assignment, then student. Raises FileNotFoundError / ValueError when
+    ``submissions`` holds no class, and sandbox.SandboxUnavailable when the OS sandbox cannot run
+    and ``options.unsandboxed`` is not set.
     """
     root, out = Path(root).resolve(), Path(out).resolve()   # nbgrader chdirs while it works
-    limits = limits or sandbox.Limits(cell_timeout=timeout)
+    options = options or GradingOptions()
+    sandbox.check_sandbox(options)
     submissions = DEMO_SUBMISSIONS if submissions is None else Path(submissions).resolve()
     cwd = os.getcwd()
     work = out / "work"
@@ -246,11 +272,15 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     needed = sorted({s.assignment for s in subs if not s.problem})
     _release(root, work, needed, db_url)
     lessons = {a: _Lesson(work, a) for a in needed}
-    settings = f"{GRADER_VERSION} {limits}"
+    settings = f"{GRADER_VERSION} {options}"
     prepared = [_prepare(s, lessons.get(s.assignment), settings, max_bytes) for s in subs]
-    config = work_config(work, timeout, db_url)
+    config = work_config(work, options.cell_timeout, db_url)
     config.Autograde.autograde_preprocessors = list(SANDBOX_PREPROCESSORS)
-    grader = _Grader(work, out, config, limits)
+    config.SandboxedExecute.options = options.as_dict()
+    config.SandboxedExecute.course_root = str(root)
+    config.SandboxedExecute.report_dir = str(work / "reports")
+    config.SandboxedExecute.release_lock = True
+    grader = _Grader(work, out, config, options)
     results, todo = {}, []
     for job in prepared:
         old = load_result(out, job.sub.assignment, job.sub.student)
@@ -263,7 +293,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             todo.append(job)
     max_scores = {}
     atomic_write(out / "isolation.txt", "".join(
-        f"{n}\n" for n in sandbox.isolation_notes(limits)) or "fully isolated\n")
+        f"{n}\n" for n in sandbox.isolation_notes(options)) or "fully isolated\n")
 
     def commit(job, res):   # in this thread only: the journal entry, then grades.csv
         results[id(job)] = res

@@ -27,6 +27,7 @@ __all__ = ["repair_notebook", "read_notebook_text", "SubmissionRejected", "norma
 SIMILAR_TEST = 0.6       # a test or read-only cell must look this much like the release's
 SIMILAR_SOLUTION = 0.3   # a solution cell is the student's code; only its frame must match
 CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
+GRADE_KEYS = ("grade", "solution", "locked", "points", "task")   # what a student may not change
 
 
 class SubmissionRejected(ValueError):
@@ -191,6 +192,11 @@ def repair_notebook(nb, release, sources: dict) -> list:
             else:
                 cell.pop("outputs", None)
                 cell.pop("execution_count", None)
+        had = _meta(cell)
+        changed = sorted(k for k in GRADE_KEYS if had and had.get(k, meta.get(k)) != meta.get(k))
+        if changed:   # a graded cell kept its id but not its points or role: not an accident
+            notes.append(f"grader settings of {_kind(meta)} '{meta['grade_id']}' had been "
+                         f"changed ({', '.join(changed)}): restored")
         cell.metadata["nbgrader"] = copy.deepcopy(dict(meta))
         for flag in ("deletable", "editable"):
             if flag in key.metadata:

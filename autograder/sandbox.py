@@ -1,38 +1,35 @@
-"""Run a student's notebook in a separate, limited process and score only what it sends back.
+"""Run one submission in the trusted harness, its kernel in the OS sandbox; nbgrader's Execute step.
 
-nbgrader's ``autograde`` executes notebooks inside the grading process. Here its ``Execute``
-step is replaced by :class:`SandboxedExecute`, which hands the notebook to a child process
-(``python -m autograder.runner``) and waits for the executed copy. What the child gets, per
-platform (this text is also in the README's grader section):
+nbgrader's ``autograde`` executes notebooks inside the grading process. Here its ``Execute`` step
+is :class:`SandboxedExecute`: it hands the notebook to a separate harness process
+(``python -m autograder.harness``, :func:`run_submission`), which runs the student's cells in a
+bubblewrap sandbox (:mod:`autograder.jail`) and the test cells itself, and waits for the executed
+notebook. What a submission gets, per platform (also in the README's isolation section):
 
-=====================  =============================  =========================================
-limit                  Linux                          macOS / other POSIX; Windows
-=====================  =============================  =========================================
-own process            yes (own session, killed       yes / yes (no session kill on Windows)
-                       with its kernel at the limit)
-wall clock, per cell   yes (nbclient timeout)         yes
-wall clock, notebook   yes (the parent kills it)      yes
-memory (address space) yes (RLIMIT_AS)                POSIX: RLIMIT_AS where the OS honours it;
-                                                      Windows: none
-CPU time               yes (RLIMIT_CPU, per process)  POSIX: yes; Windows: none
-network                none, when run as root or      not isolated (recorded in each result)
-                       with user namespaces
-                       (``unshare --net``); else
-                       not isolated, with a note
-other user             as root: runs as ``nobody``,   no
-                       so it cannot write the
-                       gradebook or read DIR/work
-files                  a scratch folder holding only  same
-                       the notebook and the lesson's
-                       data files: no solutions/, no
-                       gradebook. Absolute paths stay
-                       readable where file
-                       permissions allow.
-=====================  =============================  =========================================
+=========================  ===================================  ==============================
+                           Linux with bubblewrap                elsewhere (only with
+                                                                --unsafe-run-student-code-
+                                                                unsandboxed)
+=========================  ===================================  ==============================
+where test cells run       the harness, never the kernel        the harness, never the kernel
+user                       own user namespace; as root, a uid   the grader's own user
+                           of its own per submission
+files                      read-only: /usr, the Python and its  everything this user can
+                           environment, mlexp, the lesson's     read and write
+                           data; writable: tmpfs working
+                           folder, /tmp, /dev/shm (size-capped)
+processes                  own PID namespace, all killed with   own process group, killed at
+                           the job; process count capped        the end
+network, sockets, IPC      none (own network and IPC            not isolated
+                           namespaces, no host /tmp)
+environment                cleared to a short allow-list        the grader's
+memory, CPU, file size     RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE  same where the OS has them
+time                       per cell and per notebook            same
+output                     capped per cell and per notebook     same
+=========================  ===================================  ==============================
 
-Only the parent writes grades: the child returns a notebook and a report; the parent marks
-test cells that never ran as failed, turns library warnings on stderr in test cells into
-ordinary output (nbgrader would score such a cell 0), and nbgrader scores the result.
+Only the parent writes grades: the harness returns a notebook and a report, and nbgrader scores
+the notebook. A test cell that did not complete carries an error, so it scores 0.
 """
 import json
 import os
@@ -42,156 +39,133 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Any, Bool, Dict, Unicode
 
-from .config import KERNEL_ARGS, PACKAGE_PARENT
+from . import jail
+from .options import UNSANDBOXED_FLAG, GradingOptions
 
-__all__ = ["Limits", "SandboxReport", "SandboxedExecute", "CONTEXT", "GRADEBOOK_LOCK",
-           "run_sandboxed", "isolation_notes", "finish_notebook", "kill_all"]
+__all__ = ["SandboxedExecute", "GRADEBOOK_LOCK", "run_submission", "isolation_notes",
+           "check_sandbox", "kill_all", "SandboxUnavailable", "report_path"]
 
 # Everything that touches nbgrader or the gradebook holds this lock; a notebook's execution
-# (the slow part) releases it, so with -j N up to N children run while the parent scores.
+# (the slow part) releases it, so with -j N up to N harnesses run while the parent scores.
 GRADEBOOK_LOCK = threading.Lock()
-CONTEXT = threading.local()     # .limits, .report (a SandboxReport), .holds_lock
-ACTIVE = set()                  # the running children, killed by kill_all() on Ctrl-C
-NOBODY = 65534
+ACTIVE = set()                  # the running harnesses, killed by kill_all() on Ctrl-C
+HARNESS_MEMORY_MB = 8192        # the harness holds decoded values and outputs, never student code
 
 
-@dataclass
-class Limits:
-    """Per-notebook limits: seconds per cell and per notebook, MiB of memory, CPU seconds."""
-    cell_timeout: int = 60
-    notebook_timeout: int = 600
-    memory_mb: int = 4096
-    cpu_seconds: int = 900
-    network: bool = False
-    guard: bool = True
+class SandboxUnavailable(RuntimeError):
+    """The OS sandbox cannot run here and the instructor did not accept running without it."""
 
 
-@dataclass
-class SandboxReport:
-    """What happened to one notebook's execution, for the per-student status."""
-    review: list = field(default_factory=list)     # reasons a person should look at it
-    restored: dict = field(default_factory=dict)   # grade_id -> names restored before/during
+def isolation_notes(options: GradingOptions) -> list:
+    """One line per isolation this machine cannot give, with what to do; empty when complete."""
+    probe = jail.probe()
+    if not probe["ok"]:
+        return [f"NO SANDBOX: {probe['why']}. Student code ran with this user's rights "
+                f"({UNSANDBOXED_FLAG}); grade untrusted classes on Linux with bubblewrap."]
+    if not probe["as_root"]:
+        return ["the sandbox runs under your own uid (in its own user namespace); run the grader "
+                "as root to give each submission a uid of its own and a process-count limit"]
+    return []
 
 
-_PROBE = {}
+def check_sandbox(options: GradingOptions) -> None:
+    """Raise SandboxUnavailable unless the sandbox runs or ``options.unsandboxed`` accepts it."""
+    probe = jail.probe()
+    if not probe["ok"] and not options.unsandboxed:
+        raise SandboxUnavailable(
+            f"{probe['why']}. Students' code would run with your rights: refusing to grade. Install "
+            f"bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap), or, for a class you trust "
+            f"completely, pass {UNSANDBOXED_FLAG}.")
 
 
-def _probe() -> dict:
-    """What this machine permits, tried once per process: a new network namespace, and
-    (as root) running this Python as ``nobody``."""
-    if not _PROBE:
-        linux = sys.platform.startswith("linux") and shutil.which("unshare") is not None
-        run = lambda cmd: subprocess.run(cmd, capture_output=True).returncode == 0  # noqa: E731
-        _PROBE["net"] = linux and run(["unshare", "--net", "true"])
-        _PROBE["nobody"] = (_PROBE["net"] and os.geteuid() == 0 and run(
-            ["unshare", "--net", "--setuid", str(NOBODY), "--setgid", str(NOBODY), "--",
-             sys.executable, "-c", "import nbclient, autograder"]))
-    return _PROBE
+def report_path(report_dir, assignment: str, student: str) -> Path:
+    """Where SandboxedExecute leaves the harness's report of one submission."""
+    return Path(report_dir) / assignment / f"{student}.json"
 
 
-def isolation_notes(limits: Limits) -> list:
-    """One line per isolation this platform cannot apply (empty on Linux as root)."""
-    probe, notes = _probe(), []
-    if not limits.network and not probe["net"]:
-        notes.append("network not isolated (a network namespace is not permitted here)")
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and not probe["nobody"]:
-        notes.append("runs as root: user nobody cannot run this Python (the gradebook is "
-                     "protected only by its folder not being the working directory)")
-    if os.name != "posix":
-        notes.append("memory and CPU limits not applied on this platform")
-    return notes
+def _data_files(folder: Path) -> list:
+    """The files the kernel may read: everything beside the notebook except notebooks and links."""
+    if not folder or not Path(folder).is_dir():
+        return []
+    return sorted(p for p in Path(folder).iterdir()
+                  if not p.name.startswith(".") and p.suffix != ".ipynb" and not p.is_symlink())
 
 
-def _command(job_path: Path, limits: Limits, as_nobody: bool) -> list:
-    cmd = [sys.executable, "-m", "autograder.runner", str(job_path)]
-    if not limits.network and _probe()["net"]:
-        prefix = ["unshare", "--net"]
-        if as_nobody:
-            prefix += ["--setuid", str(NOBODY), "--setgid", str(NOBODY)]
-        cmd = prefix + ["--"] + cmd
-    return cmd
+def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode="autograde",
+                   show_call_output=False, cwd=None) -> tuple:
+    """Run ``nb`` in a harness process; returns (executed notebook or None, report dict).
 
-
-def run_sandboxed(nb: NotebookNode, data_dir: Path, limits: Limits) -> tuple:
-    """Execute ``nb`` in a child process; return (executed notebook or None, SandboxReport).
-
-    ``data_dir`` holds the files the notebook may read (copied, notebooks excluded). Never
-    raises for what the student's code does; a child that exceeds the notebook time limit is
-    killed with its whole process group and the result is None.
+    ``data_dir`` holds the files the notebook may read (mounted read-only, notebooks excluded).
+    Never raises for what the student's code does. A harness past ``options.notebook_timeout``
+    (plus a grace for its start) is killed with everything it started; the result is then None
+    and the report says why.
     """
-    report, proc = SandboxReport(), None
-    as_nobody = _probe()["nobody"]
-    scratch = Path(tempfile.mkdtemp(prefix="autograder-job-"))
+    sandbox = jail.probe()["ok"]
+    if not sandbox and not options.unsandboxed:
+        raise SandboxUnavailable(jail.probe()["why"])
+    job = Path(tempfile.mkdtemp(prefix="autograder-job-"))
+    os.chmod(job, 0o711)   # the sandbox's uid may pass through, not list or read
+    report = {"review": [], "timeouts": [], "kernel": "", "capped": [], "tampered": []}
+    proc = None
     try:
-        cwd = scratch / "work"
-        shutil.copytree(data_dir, cwd, ignore=shutil.ignore_patterns("*.ipynb", ".*"))
-        job = {"input": str(scratch / "in.ipynb"), "output": str(scratch / "out.ipynb"),
-               "report": str(scratch / "report.json"), "cwd": str(cwd),
-               "cell_timeout": limits.cell_timeout, "kernel_name": "python3",
-               "kernel_args": list(KERNEL_ARGS), "guard": limits.guard,
-               "transport": "ipc" if not limits.network else "",
-               "memory_mb": limits.memory_mb, "cpu_seconds": limits.cpu_seconds,
-               "parent_pid": os.getpid()}
-        nbformat.write(nb, job["input"])
-        (scratch / "job.json").write_text(json.dumps(job))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NBGRADER_", "JPY_"))}
-        env.update(NBGRADER_EXECUTION="autograde", HOME=str(cwd), MPLBACKEND="Agg",
-                   MPLCONFIGDIR=str(scratch / "mpl"), JUPYTER_RUNTIME_DIR=str(scratch / "rt"),
-                   JUPYTER_DATA_DIR=str(scratch / "jd"), IPYTHONDIR=str(scratch / "ipy"),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_PARENT),
-                                                            os.environ.get("PYTHONPATH")])))
-        if as_nobody:
-            for p in [scratch, *scratch.rglob("*")]:
-                os.chown(p, NOBODY, NOBODY)
-        proc = subprocess.Popen(_command(scratch / "job.json", limits, as_nobody), cwd=cwd, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        scratch = None
+        if not sandbox and cwd is None:   # unsandboxed grading: a copy, never the grader's folder
+            scratch = job / "work"
+            scratch.mkdir()
+            for f in _data_files(data_dir):
+                (shutil.copytree if f.is_dir() else shutil.copy)(f, scratch / f.name)
+        spec = {"input": str(job / "in.ipynb"), "output": str(job / "out.ipynb"),
+                "report": str(job / "report.json"), "job_dir": str(job),
+                "options": options.as_dict(), "sandbox": sandbox, "mode": mode,
+                "data_files": [str(p) for p in _data_files(data_dir)],
+                "course_root": str(course_root) if course_root else None,
+                "show_call_output": show_call_output, "parent_pid": os.getpid(),
+                "cwd": str(cwd or scratch) if not sandbox else None}
+        nbformat.write(nb, spec["input"])
+        (job / "job.json").write_text(json.dumps(spec))
+        log = open(job / "harness.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "autograder.harness", str(job / "job.json")],
+                                cwd=job, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_limit_harness if os.name == "posix" else None)
+        log.close()
         ACTIVE.add(proc)
         try:
-            log, _ = proc.communicate(timeout=limits.notebook_timeout)
+            proc.wait(timeout=options.notebook_timeout + 60)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            report.review.append(f"the notebook ran past its {limits.notebook_timeout} s limit "
-                                 "and was stopped")
+            report["review"].append(f"the notebook ran past its {options.notebook_timeout} s "
+                                    "limit and was stopped")
             return None, report
-        if proc.returncode != 0 or not Path(job["output"]).is_file():
-            tail = (log or b"").decode(errors="replace").strip().splitlines()[-1:] or [""]
-            report.review.append(f"the grading worker failed (exit {proc.returncode}): "
-                                 f"{tail[0][:200]}")
+        if proc.returncode != 0 or not Path(spec["output"]).is_file():
+            tail = (job / "harness.log").read_bytes()[-4000:].decode(errors="replace").strip()
+            last = (tail.splitlines() or [""])[-1]
+            report["review"].append(f"the grading harness failed (exit {proc.returncode}): "
+                                    f"{last[:200]}")
             return None, report
-        child = json.loads(Path(job["report"]).read_text())
-        if child["kernel_died"]:
-            report.review.append(child["kernel_died"] + " (killed, or over the memory limit of "
-                                 f"{limits.memory_mb} MiB)")
-        for key, verb in (("restored_before", "redefined before"),
-                          ("changed_during", "redefined while running")):
-            for grade_id, names in child[key].items():
-                report.restored.setdefault(grade_id, []).extend(names)
-                report.review.append(f"{', '.join(names[:4])} {verb} test '{grade_id}' "
-                                     "(restored; the score uses the real functions)")
-        executed = nbformat.read(job["output"], as_version=4)
-        for cell in executed.cells:
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in child["reply_errors"] and not any(o.output_type == "error" for o in cell.outputs):
-                cell.outputs.append(_error("HiddenError", "the kernel reported an error in this "
-                                                          "test cell but no traceback was shown"))
-        return executed, report
+        report = json.loads((job / "report.json").read_text())
+        return nbformat.read(spec["output"], as_version=4), report
     finally:
         if proc is not None:
-            _kill(proc)   # whatever of the worker's process group is left
+            _kill(proc)   # whatever of its process group is left
             ACTIVE.discard(proc)
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(job, ignore_errors=True)
+
+
+def _limit_harness():
+    import resource
+    mem = HARNESS_MEMORY_MB * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 
 
 def kill_all() -> None:
-    """Kill every running child and its kernel (their process groups): used on Ctrl-C."""
+    """Kill every running harness and its sandbox (their process groups): used on Ctrl-C."""
     for proc in list(ACTIVE):
         _kill(proc)
 
@@ -204,59 +178,68 @@ def _kill(proc) -> None:
     proc.wait()
 
 
-def _error(ename: str, evalue: str) -> NotebookNode:
-    return nbformat.v4.new_output("error", ename=ename, evalue=evalue,
-                                  traceback=[f"{ename}: {evalue}"])
-
-
-def finish_notebook(executed, original) -> NotebookNode:
-    """Make the executed notebook safe to score; ``executed`` None means nothing came back.
-
-    Test cells that never ran (a time limit, a dead kernel) get an error output, since nbgrader
-    gives full points to a test cell without an error. In test cells without an error, output
-    on stderr (a library warning) becomes stdout, since nbgrader gives 0 to a cell that wrote
-    to stderr.
-    """
-    from .runner import is_test_cell
-    nb = executed if executed is not None else original
-    for cell in nb.cells:
-        if not is_test_cell(cell):
-            continue
-        ran = executed is not None and cell.get("execution_count") is not None
-        if not ran:
-            cell.outputs = [_error("NotExecuted", "the grader stopped before this test ran "
-                                                  "(time or memory limit)")]
-        elif not any(o.output_type == "error" for o in cell.outputs):
-            for o in cell.outputs:
-                if o.output_type == "stream" and o.name == "stderr":
-                    o.name = "stdout"
-    return nb
+def review_reasons(report: dict) -> list:
+    """The reasons a person should look at a submission, from a harness report."""
+    reasons = list(report.get("review", []))
+    if report.get("kernel"):
+        reasons.append(f"{report['kernel']} (killed, or over a memory or process limit)")
+    if report.get("tampered"):
+        shown = ", ".join(report["tampered"][:5]) + (" ..." if len(report["tampered"]) > 5 else "")
+        reasons.append(f"the notebook's code changed {shown} (tests ran outside the notebook, so "
+                       "the score does not depend on it)")
+    return reasons
 
 
 class SandboxedExecute(NbGraderPreprocessor):
-    """nbgrader autograde's Execute step, run in a sandboxed child (see the module docstring).
+    """nbgrader autograde's Execute step, run by the harness (see the module docstring).
 
-    Reads its limits from ``CONTEXT.limits`` (the grading thread sets it) and adds what it saw
-    to ``CONTEXT.report``. Releases GRADEBOOK_LOCK while the child runs when the thread holds it.
+    Traits (set through nbgrader's config): ``options`` (a GradingOptions as a dict),
+    ``course_root``, ``report_dir`` (each submission's report is written to
+    ``report_dir/<assignment>/<student>.json``) and ``release_lock`` (release GRADEBOOK_LOCK
+    while the notebook runs; the grader holds it around nbgrader's own work).
     """
+    options = Dict(help="GradingOptions fields").tag(config=True)
+    course_root = Unicode("", help="course root (never mounted into the sandbox)").tag(config=True)
+    report_dir = Unicode("", help="folder for the per-submission reports").tag(config=True)
+    release_lock = Bool(False, help="release GRADEBOOK_LOCK while the notebook runs").tag(config=True)
+    lock = Any(None)
 
     def preprocess(self, nb, resources):
-        limits = getattr(CONTEXT, "limits", None) or Limits()
+        options = GradingOptions(**self.options)
         data_dir = Path(resources.get("metadata", {}).get("path") or ".")
         original = nbformat.from_dict(json.loads(json.dumps(nb)))
-        holds = getattr(CONTEXT, "holds_lock", False)
-        if holds:
+        if self.release_lock:
             GRADEBOOK_LOCK.release()
         try:
-            executed, report = run_sandboxed(nb, data_dir, limits)
+            executed, report = run_submission(nb, data_dir, options, self.course_root or None)
         finally:
-            if holds:
+            if self.release_lock:
                 GRADEBOOK_LOCK.acquire()
             # nbgrader's setenv() deletes NBGRADER_EXECUTION after this step whatever was there
             # before; with several students in flight another one may have deleted it already.
             os.environ["NBGRADER_EXECUTION"] = "autograde"
-        sink = getattr(CONTEXT, "report", None)
-        if sink is not None:
-            sink.review.extend(report.review)
-            sink.restored.update(report.restored)
-        return finish_notebook(executed, original), resources
+        info = resources.get("nbgrader", {})
+        if self.report_dir and info.get("student"):
+            path = report_path(self.report_dir, info.get("assignment", "?"), info["student"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report))
+        return finish_notebook(executed, original, report), resources
+
+
+def finish_notebook(executed, original, report=None):
+    """The notebook nbgrader scores; ``executed`` None means nothing came back.
+
+    Every test cell that has no outputs from a completed run gets an error (nbgrader gives full
+    points to a test cell without an error), and so does each test cell of a notebook that never
+    came back.
+    """
+    from .harness import NOT_RUN_ENAME, is_test_cell
+    nb = executed if executed is not None else original
+    why = "; ".join((report or {}).get("review", [])) or "the grader stopped before this test ran"
+    for cell in nb.cells:
+        ran = executed is not None and (cell.get("execution_count") is not None or any(
+            o.get("output_type") == "error" for o in cell.get("outputs", [])))
+        if is_test_cell(cell) and not ran:
+            cell.outputs = [nbformat.v4.new_output("error", ename=NOT_RUN_ENAME, evalue=why,
+                                                   traceback=[f"{NOT_RUN_ENAME}: {why}"])]
+    return nb

@@ -15,6 +15,7 @@ from autograder.collect import collect
 from autograder.config import find_course_root
 from autograder.demo import generate_demo, student_notebook
 from autograder.grade import BASE_COLUMNS, format_table, grade_class
+from autograder.options import GradingOptions
 from toy_course import (ADD_SOLUTION, ASSIGNMENT, HIDDEN_MARK, MEAN_SOLUTION, MUL_SOLUTION,
                         NOTEBOOK, make_toy_course)
 
@@ -73,7 +74,7 @@ def graded(course, tmp_path_factory):
         for f in sorted((tmp / "export").rglob("*")):
             zf.write(f, f.relative_to(tmp / "export").as_posix())
     out = tmp / "out"
-    results = grade_class(course, zpath, out, timeout=30, progress=False)
+    results = grade_class(course, zpath, out, options=GradingOptions(cell_timeout=30), progress=False)
     return {r.student: r for r in results}, out
 
 
@@ -147,12 +148,13 @@ def test_regrading_another_class_into_the_same_out_lists_only_that_class(course,
     for student in STUDENTS:
         if student not in ("ann_correct", "bob_subtracts"):
             shutil.rmtree(tmp_path / "cls" / student)
-    results = grade_class(course, tmp_path / "cls", out, timeout=30, progress=False)
+    results = grade_class(course, tmp_path / "cls", out, options=GradingOptions(cell_timeout=30), progress=False)
     assert [(r.student, r.score) for r in results] == [("ann_correct", 6), ("bob_subtracts", 3)]
     assert all(r.reused for r in results), "same bytes as the earlier run: nothing to regrade"
     with open(out / "grades.csv") as f:
         assert [r["student_id"] for r in csv.DictReader(f)] == ["ann_correct", "bob_subtracts"]
-    forced = grade_class(course, tmp_path / "cls", out, timeout=30, progress=False, force=True)
+    forced = grade_class(course, tmp_path / "cls", out, options=GradingOptions(cell_timeout=30), progress=False,
+                         force=True)
     assert [(r.student, r.score, r.reused) for r in forced] == [("ann_correct", 6, False),
                                                                ("bob_subtracts", 3, False)]
 
@@ -173,13 +175,14 @@ def test_collect_reads_folders_and_reports_unknown(course, tmp_path):
 def test_check_reports_pass_hint_and_exit_code(course, tmp_path, capsys):
     write_class(course, tmp_path)
     solution = course / "solutions" / ASSIGNMENT / NOTEBOOK
-    assert all(r.passed for r in check_notebook(solution))
+    results, notes = check_notebook(solution, course=course)
+    assert results and all(r.passed for r in results), (results, notes)
     wrong = tmp_path / "bob_subtracts" / ASSIGNMENT / NOTEBOOK
-    assert main(["check", str(wrong)]) == 1
+    assert main(["--course", str(course), "check", str(wrong)]) == 1
     report = capsys.readouterr().out
     assert "FAIL  test_add" in report and "Hint: add(1, 2) should be 3" in report
     assert "PASS  test_mul" in report
-    assert main(["check", str(tmp_path / "ann_correct" / ASSIGNMENT / NOTEBOOK)]) == 0
+    assert main(["--course", str(course), "check", str(tmp_path / "ann_correct" / ASSIGNMENT / NOTEBOOK)]) == 0
 
 
 def test_check_errors_are_clear(tmp_path, capsys):

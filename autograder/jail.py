@@ -1,0 +1,271 @@
+"""The OS sandbox around one student's kernel: a bubblewrap command, its limits and its probe.
+
+:func:`sandbox_command` returns the words to put before the kernel's own command line. They start
+``python -m autograder.jail``, a short trusted step that applies the resource limits, asks to be
+killed with its parent, leaves root for a uid of its own (when the grader runs as root) and then
+executes bubblewrap (``bwrap``), which gives the kernel:
+
+- new user, PID, mount, network, IPC, UTS and cgroup namespaces (no network, no other process
+  visible, no abstract or filesystem socket of the machine), no capabilities;
+- a root file system that holds only, read-only: /usr and the libraries, the Python installation
+  and its environment, the ``mlexp`` package (at /opt/course/mlexp, never the course root), the
+  course's data files; and, writable, a working folder, /tmp and /dev/shm, each a size-limited
+  tmpfs, and the folder of the kernel's own sockets;
+- an environment cleared to a short allow-list;
+- ``--die-with-parent``: the whole sandbox ends with the process that started it.
+
+Limits (``resource``): address space, CPU time, number of processes and threads, file size, no
+core files. Where bubblewrap cannot run (not Linux, not installed, user namespaces refused),
+:func:`probe` says why; the grader then refuses to run unless told to run unsandboxed.
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+__all__ = ["SANDBOX_HOME", "COURSE_MOUNT", "probe", "sandbox_command", "kernel_env",
+           "apply_limits", "main"]
+
+SANDBOX_HOME = "/home/student"      # the kernel's working folder inside the sandbox
+COURSE_MOUNT = "/opt/course"        # mlexp is mounted at COURSE_MOUNT/mlexp
+DATA_MOUNT = "/opt/mlexp-data"
+CACHE_MOUNT = "/opt/mlexp-cache"
+UID_RANGE = (2_000_000, 2_100_000)  # per-submission uids when the grader runs as root
+_PROBE = {}
+
+
+def _bwrap():
+    return shutil.which("bwrap")
+
+
+def _system_binds() -> list:
+    """/usr and the top-level links or folders the dynamic loader needs (Debian's merged /usr)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
+        args += ["--ro-bind-try", f, f]
+    return args
+
+
+def _python_dirs(course_root) -> list:
+    """Folders the kernel's Python needs, outermost first: installation, environment, extra
+    import paths (never the course root itself, nor a folder inside it other than a venv)."""
+    dirs = [Path(sys.base_prefix), Path(sys.prefix)]
+    for p in sys.path:
+        if p and Path(p).is_dir():
+            dirs.append(Path(p))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        dirs.append(Path(sysconfig.get_paths()[key]))
+    keep = []
+    for d in sorted({d.resolve() for d in dirs}, key=lambda d: len(d.parts)):
+        if str(d).startswith("/usr/") or d == Path("/usr"):
+            continue   # already mounted
+        if any(d == k or k in d.parents for k in keep):
+            continue   # inside a folder already mounted
+        if course_root is not None and (d == course_root or d in course_root.parents):
+            continue   # the course root or one of its parents: never mounted whole
+        if course_root is not None and course_root in d.parents and d != Path(sys.prefix).resolve():
+            continue   # inside the course (its own package folders): only mlexp, below
+        keep.append(d)
+    return keep
+
+
+def _mlexp_dir() -> Path:
+    import mlexp
+    return Path(mlexp.__file__).resolve().parent
+
+
+def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course_root=None,
+                    uid=None, mode="autograde") -> list:
+    """The words to put before the kernel's command line, as described in the module docstring.
+
+    ``ipc_dir`` is mounted writable at the same path (the kernel's connection file and sockets);
+    ``job_dir`` (grader-only) receives a small passwd file; ``data_files`` are mounted read-only
+    into the working folder by their names; ``options`` is a GradingOptions; ``uid`` the uid the
+    sandbox runs under (None: this process's own). Sources outside /usr are written ``SRC:path``: the
+    jail, still root, mounts each at a staging path it can reach in a mount namespace of its own
+    before it leaves root, so the sandbox's uid needs no right to read their parents (a Python
+    under /root, the grader's files).
+    """
+    course_root = Path(course_root).resolve() if course_root else None
+    passwd = Path(job_dir) / "passwd"
+    passwd.write_text(f"student:x:1000:1000:student:{SANDBOX_HOME}:/bin/sh\n")
+    group = Path(job_dir) / "group"
+    group.write_text("student:x:1000:\n")
+    size = str(options.scratch_mb * 2**20)
+    args = [_bwrap(), "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox"]
+    args += _system_binds()
+    args += ["--ro-bind", f"SRC:{passwd}", "/etc/passwd",
+             "--ro-bind", f"SRC:{group}", "/etc/group"]
+    for d in _python_dirs(course_root):
+        args += ["--ro-bind", f"SRC:{d}", str(d)]
+    args += ["--ro-bind", f"SRC:{_mlexp_dir()}", f"{COURSE_MOUNT}/mlexp"]
+    env = kernel_env(options, mode)
+    data_dir = os.environ.get("MLEXP_DATA_DIR")
+    if data_dir and Path(data_dir).is_dir():
+        args += ["--ro-bind", f"SRC:{Path(data_dir).resolve()}", DATA_MOUNT]
+        env["MLEXP_DATA_DIR"] = DATA_MOUNT
+    from mlexp.data import cache_dir
+    if cache_dir().is_dir():
+        args += ["--ro-bind", f"SRC:{cache_dir().resolve()}", f"{CACHE_MOUNT}/mlexp"]
+        env["XDG_CACHE_HOME"] = CACHE_MOUNT
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for tmp in ("/tmp", "/dev/shm", SANDBOX_HOME):
+        args += ["--size", size, "--tmpfs", tmp]
+    for f in data_files:
+        f = Path(f)
+        if f.is_symlink() or not (f.is_file() or f.is_dir()):
+            continue   # never mount what a link points to
+        args += ["--ro-bind", f"SRC:{f}", f"{SANDBOX_HOME}/{f.name}"]
+    args += ["--bind", f"SRC:{ipc_dir}", str(ipc_dir), "--chdir", SANDBOX_HOME, "--clearenv"]
+    for k, v in env.items():
+        args += ["--setenv", k, v]
+    limits = {"memory_mb": options.memory_mb, "cpu_seconds": options.cpu_seconds,
+              "max_processes": options.max_processes if uid is not None else 0,
+              "max_file_mb": options.max_file_mb, "uid": uid, "stage": str(Path(job_dir) / "stage")}
+    return [sys.executable, "-m", "autograder.jail", json.dumps(limits), "--"] + args + ["--"]
+
+
+def kernel_env(options, mode="autograde") -> dict:
+    """The whole environment of the student's kernel (everything else is cleared)."""
+    venv_bin = str(Path(sys.executable).parent)
+    return {"PATH": os.pathsep.join([venv_bin, "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOME": SANDBOX_HOME, "USER": "student", "LOGNAME": "student",
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONPATH": COURSE_MOUNT,
+            "PYTHONDONTWRITEBYTECODE": "1", "NBGRADER_EXECUTION": mode,
+            "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "IPYTHONDIR": "/tmp/ipython",
+            "JUPYTER_RUNTIME_DIR": "/tmp/jupyter", "JUPYTER_DATA_DIR": "/tmp/jupyter-data",
+            "TRITON_CACHE_DIR": "/tmp/triton", "TMPDIR": "/tmp"}
+
+
+def pick_uid():
+    """A uid no user of this machine has, for one sandbox (None unless running as root)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    return random.randrange(*UID_RANGE)
+
+
+def probe() -> dict:
+    """What this machine allows, tried once per process: ``{"ok": bool, "why": str, "as_root":
+    bool}``. ``ok`` means a bubblewrap sandbox (as a separate uid when root) runs this Python."""
+    if _PROBE:
+        return _PROBE
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    if not sys.platform.startswith("linux"):
+        why = f"bubblewrap needs Linux (this is {sys.platform})"
+    elif _bwrap() is None:
+        why = "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    else:
+        import tempfile
+
+        from .options import GradingOptions
+        with tempfile.TemporaryDirectory(prefix="autograder-probe-") as tmp:
+            os.chmod(tmp, 0o711)
+            ipc = Path(tmp) / "ipc"
+            ipc.mkdir()
+            uid = pick_uid()
+            if uid is not None:
+                os.chown(ipc, uid, uid)
+            cmd = sandbox_command(ipc_dir=ipc, job_dir=Path(tmp), data_files=[],
+                                  options=GradingOptions(), uid=uid)
+            cmd += [sys.executable, "-c", "import mlexp, ipykernel; print('sandbox ok')"]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+                ok = proc.returncode == 0 and "sandbox ok" in proc.stdout
+                why = "" if ok else (proc.stderr.strip().splitlines() or ["(no message)"])[-1][:300]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+        if why:
+            why = f"bubblewrap cannot run here: {why}"
+    _PROBE.update(ok=not why, why=why, as_root=as_root)
+    return _PROBE
+
+
+def apply_limits(limits: dict) -> None:
+    """Set this process's resource limits (inherited by what it executes) from ``limits``."""
+    import resource
+
+    def cap(which, value):
+        resource.setrlimit(which, (value, value))
+
+    if limits.get("memory_mb"):
+        cap(resource.RLIMIT_AS, int(limits["memory_mb"]) * 2**20)
+    if limits.get("cpu_seconds"):
+        cpu = int(limits["cpu_seconds"])
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    if limits.get("max_processes"):
+        cap(resource.RLIMIT_NPROC, int(limits["max_processes"]))
+    if limits.get("max_file_mb"):
+        cap(resource.RLIMIT_FSIZE, int(limits["max_file_mb"]) * 2**20)
+    cap(resource.RLIMIT_CORE, 0)
+
+
+def _stage(words: list, stage: Path, as_root: bool) -> list:
+    """Replace each ``SRC:path`` word by a path the sandbox's uid can reach.
+
+    As root: in a private mount namespace of this process, bind-mount each source read-only at
+    ``stage/<n>`` (the staging folder is traversable, its parents are 0711), so that bubblewrap,
+    run as an unprivileged uid, resolves it; the host's mounts are not changed. Otherwise the
+    source itself.
+    """
+    sources = [w[4:] for w in words if w.startswith("SRC:")]
+    if not as_root or not sources:
+        return [w[4:] if w.startswith("SRC:") else w for w in words]
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWNS, MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 1, 32, 4096, 16384, 1 << 18
+
+    def check(rc, what):
+        if rc != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+    stage.mkdir(mode=0o711, exist_ok=True)
+    staged = {}
+    for i, src in enumerate(dict.fromkeys(sources)):
+        dest = stage / str(i)
+        if os.path.isdir(src):
+            dest.mkdir(mode=0o755)
+        else:
+            dest.touch(mode=0o644)
+        check(libc.mount(src.encode(), str(dest).encode(), None, MS_BIND | MS_REC, None), f"bind {src}")
+        staged[src] = str(dest)
+    return [staged[w[4:]] if w.startswith("SRC:") else w for w in words]
+
+
+def main(argv=None) -> int:
+    """``python -m autograder.jail LIMITS_JSON -- COMMAND...``: limit, drop root, exec COMMAND."""
+    argv = sys.argv[1:] if argv is None else argv
+    limits, command = json.loads(argv[0]), argv[2:]
+    apply_limits(limits)
+    import ctypes
+    import signal
+    try:   # PR_SET_PDEATHSIG (1): SIGKILL this process when the one that started it dies
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    uid = limits.get("uid")
+    command = _stage(command, Path(limits["stage"]), uid is not None)
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    os.execv(command[0], command)
+    return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())

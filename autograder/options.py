@@ -1,0 +1,62 @@
+"""The grading options, in one place: their defaults, units and help text.
+
+The command line builds its flags from :class:`GradingOptions` (``grade`` and ``check``), the
+nbgrader preprocessor that runs a notebook receives them as its traits, and the harness reads them
+from its job file; no other copy of a default exists.
+"""
+import argparse
+from dataclasses import asdict, dataclass, field, fields
+
+__all__ = ["GradingOptions", "add_arguments", "from_arguments", "UNSANDBOXED_FLAG"]
+
+# The flag an instructor must pass to grade where no OS sandbox can run: it names the risk.
+UNSANDBOXED_FLAG = "--unsafe-run-student-code-unsandboxed"
+
+
+def _opt(default, help, metavar=None, flag=None):
+    return field(default=default, metadata={"help": help, "metavar": metavar, "flag": flag})
+
+
+@dataclass(frozen=True)
+class GradingOptions:
+    """Limits for running one submission (all per notebook unless said otherwise)."""
+    cell_timeout: int = _opt(60, "seconds a single cell (or test) may run", "S", "--timeout")
+    notebook_timeout: int = _opt(600, "seconds a whole notebook may run", "S")
+    memory_mb: int = _opt(4096, "address-space limit of the student's kernel in MiB", "MIB",
+                          "--memory")
+    cpu_seconds: int = _opt(900, "CPU seconds the student's kernel may use", "S", "--cpu-time")
+    max_processes: int = _opt(128, "processes and threads the student's code may run at once",
+                              "N")
+    max_file_mb: int = _opt(64, "largest file the student's code may write, in MiB", "MIB")
+    scratch_mb: int = _opt(256, "size of each private writable folder (working folder, /tmp, "
+                                "/dev/shm) in MiB", "MIB")
+    cell_output_kb: int = _opt(2048, "output kept per cell in KiB (the rest is dropped, with a "
+                                     "note)", "KIB")
+    notebook_output_kb: int = _opt(16384, "output kept per notebook in KiB", "KIB")
+    unsandboxed: bool = _opt(False, "run student code without the OS sandbox where bubblewrap "
+                                    "cannot run: students' code can then read and change "
+                                    "anything this user can", None, UNSANDBOXED_FLAG)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def add_arguments(parser: argparse.ArgumentParser, only=None) -> None:
+    """Add one flag per option (``only``: the option names to add, default all)."""
+    for f in fields(GradingOptions):
+        if only is not None and f.name not in only:
+            continue
+        meta = f.metadata
+        flag = meta["flag"] or "--" + f.name.replace("_", "-")
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, dest=f.name, action="store_true", help=meta["help"])
+        else:
+            parser.add_argument(flag, dest=f.name, type=int, default=f.default,
+                                metavar=meta["metavar"],
+                                help=f"{meta['help']} (default {f.default})")
+
+
+def from_arguments(args: argparse.Namespace) -> GradingOptions:
+    """The options parsed by a parser built with :func:`add_arguments` (missing ones: defaults)."""
+    return GradingOptions(**{f.name: getattr(args, f.name) for f in fields(GradingOptions)
+                             if hasattr(args, f.name)})
