@@ -193,6 +193,7 @@ class KernelLink:
         self.deadline = None     # the current test's end (time.monotonic())
         self.busy = False        # a request is running (it has its own time limit)
         self.expired = False     # the test's alarm rang while a request was running
+        self.blocked = False     # a request ran but sent no reply: the notebook intercepted it
 
     def request(self, req: dict, what: str) -> dict:
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
@@ -208,6 +209,7 @@ class KernelLink:
         if timed_out or self.expired:
             raise StudentTimeout(f"{what} did not finish within the time limit")
         if reply is None:
+            self.blocked = True
             raise RuntimeError(f"the grader could not read {what} from the notebook's kernel"
                                + (f" ({error})" if error else "") + ": was the course library "
                                "mlexp removed or replaced by a cell?")
@@ -338,13 +340,18 @@ class HarnessClient(NotebookClient):
         self.notebook_left -= size
         return super().output(outs, msg, display_id, cell_index)
 
-    def run_cell(self, cell, index):
-        """Execute one of the student's cells; cap its output; mark a time limit."""
+    def run_cell(self, cell, index, limit):
+        """Execute one of the student's cells within ``limit`` seconds; cap its output; mark a
+        time limit."""
         self.cell_left = self.options.cell_output_kb * 1024
         self.dropped = 0
         self.last_reply = None
         before = self.notebook_left
-        self.execute_cell(cell, index)
+        self.timeout = max(1, int(limit + 0.999))
+        try:
+            self.execute_cell(cell, index)
+        finally:
+            self.timeout = self.options.cell_timeout
         kept = before - self.notebook_left
         if self.cell_left <= 0 or self.notebook_left <= 0 or self.dropped:
             note = (f"[output capped: only {kept // 1024} KiB of this cell's output were kept "
@@ -355,7 +362,7 @@ class HarnessClient(NotebookClient):
         if self._timed_out():
             cell.outputs = [o for o in cell.outputs if not (
                 o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt")]
-            cell.outputs.append(_error(TIMEOUT_ENAME, _timeout_text(self.options.cell_timeout)))
+            cell.outputs.append(_error(TIMEOUT_ENAME, _timeout_text(self.options, limit)))
             return True
         return False
 
@@ -415,9 +422,12 @@ def _output_size(msg) -> int:
     return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values())
 
 
-def _timeout_text(seconds) -> str:
-    return (f"this cell ran longer than its time limit ({seconds} s) and was stopped: look for an "
-            "endless loop or a computation far larger than the exercise needs")
+def _timeout_text(options, limit, what="this cell") -> str:
+    if limit < options.cell_timeout:
+        return (f"{what} was stopped when the whole notebook reached its time limit "
+                f"({options.notebook_timeout} s)")
+    return (f"{what} ran longer than its time limit ({options.cell_timeout} s) and was stopped: "
+            "look for an endless loop or a computation far larger than the exercise needs")
 
 
 class _Capped(io.StringIO):
@@ -459,8 +469,9 @@ def _alarm(link, seconds):
         signal.signal(signal.SIGALRM, old)
 
 
-def run_test(cell, link, options, show_call_output=False) -> None:
-    """Run a graded test cell here, in a fresh StudentNamespace; set its outputs."""
+def run_test(cell, link, options, limit, show_call_output=False) -> None:
+    """Run a graded test cell here within ``limit`` seconds, in a fresh StudentNamespace; set its
+    outputs."""
     grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "test")
     filename = f"<test cell {grade_id}>"
     source = cell.source
@@ -469,15 +480,14 @@ def run_test(cell, link, options, show_call_output=False) -> None:
     error = None
     link.client.request_stdout = []
     link.expired = False
-    link.deadline = time.monotonic() + options.cell_timeout
+    link.deadline = time.monotonic() + limit
     try:
         code = compile(source, filename, "exec")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
-                _alarm(link, options.cell_timeout):
+                _alarm(link, limit):
             exec(code, StudentNamespace(link))
     except StudentTimeout as exc:
-        error = _error(TIMEOUT_ENAME, f"this test ran longer than its time limit "
-                                      f"({options.cell_timeout} s) and was stopped ({exc})")
+        error = _error(TIMEOUT_ENAME, f"{_timeout_text(options, limit, 'this test')} ({exc})")
     except KernelGone:
         raise
     except KeyboardInterrupt:
@@ -567,7 +577,8 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                     if is_test_cell(cell):
                         cell.outputs = [_error(NOT_RUN_ENAME, f"this test did not run: {stopped}")]
                     continue
-                if time.monotonic() > deadline:
+                limit = min(options.cell_timeout, deadline - time.monotonic())
+                if limit <= 0.5:
                     stopped = f"the notebook ran past its {options.notebook_timeout} s limit"
                     report["review"].append(stopped + " and was stopped")
                     if is_test_cell(cell):
@@ -575,25 +586,33 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                     continue
                 timed_out = False
                 if is_test_cell(cell):
-                    run_test(cell, link, options, show_call_output)
+                    run_test(cell, link, options, limit, show_call_output)
                     timed_out = any(o.get("ename") == TIMEOUT_ENAME for o in cell.outputs)
                 elif cell.source.strip():
-                    timed_out = client.run_cell(cell, index)
+                    timed_out = client.run_cell(cell, index, limit)
                 if cell.source.strip():
                     count += 1
                     cell.execution_count = count
                 if timed_out:
                     grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
                     report["timeouts"].append(grade_id or f"cell {index + 1}")
+                    if limit < options.cell_timeout:
+                        stopped = f"the notebook ran past its {options.notebook_timeout} s limit"
+                        report["review"].append(stopped + " and was stopped")
                     if not client.responsive():
                         stopped = ("the kernel did not stop after a cell ran past its time limit, "
                                    "so it was shut down")
                         report["kernel"] = stopped
             if not stopped:
-                tampered = link.request({"op": "tamper_report"}, "the kernel's tamper report")
-                report["tampered"] = [str(x)[:200] for x in tampered.get("value", [])
-                                      if isinstance(x, str)] if isinstance(tampered.get("value"), list) \
-                    else ["(the tamper report was unreadable)"]
+                try:
+                    found = link.request({"op": "tamper_report"}, "the kernel's tamper report")
+                    found = found.get("value") if isinstance(found.get("value"), list) else []
+                    report["tampered"] = [str(x)[:200] for x in found]
+                except RuntimeError:
+                    pass   # blocked: said below
+            if link.blocked:
+                report["tampered"].append("the grader's requests to the kernel (they were "
+                                          "blocked or rewritten)")
     except (KernelGone, DeadKernelError) as exc:
         report["kernel"] = f"the kernel died ({exc})" if str(exc) else "the kernel died"
         for cell in nb.cells:

@@ -1,7 +1,13 @@
-"""Grading speed: plain `nbgrader autograde` (serial, in-process) vs `python -m autograder grade -j N`.
+"""Grading speed: our `python -m autograder grade -j N` vs plain `nbgrader autograde` and vs an
+earlier version of our grader, on the same class in one run.
 
     .venv/bin/python benchmarks/grading.py                      # lesson 01's demo class, -j 2
     .venv/bin/python benchmarks/grading.py --lesson 03_gates_and_delta_rule --copies 2 -j 2
+    .venv/bin/python benchmarks/grading.py --baseline-rev de86df2   # vs the grader of that commit
+
+``--baseline-rev REV`` checks REV out into a temporary git worktree and times its grader on the
+same class, so a change to the grading path is measured against the path it replaced (for the
+trusted harness: seconds per submission, new / old, goal at most 1.5).
 
 Both grade the same class (the lesson's demo students, each repeated ``--copies`` times under
 new ids) in fresh folders, one after the other in this run, and the script prints both wall
@@ -56,12 +62,14 @@ def time_nbgrader(lesson: str, cls: Path, work: Path, timeout: int) -> float:
     return time.perf_counter() - start
 
 
-def time_ours(cls: Path, out: Path, jobs: int, timeout: int) -> float:
-    """Seconds for `python -m autograder grade CLASS --out OUT -j JOBS` (the whole command)."""
+def time_ours(cls: Path, out: Path, jobs: int, timeout: int, repo: Path = REPO) -> float:
+    """Seconds for `python -m autograder grade CLASS --out OUT -j JOBS` (the whole command), run
+    from the checkout ``repo`` (its own autograder and mlexp come first on the path)."""
     start = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(repo)}
     proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(cls), "--out", str(out),
                            "-j", str(jobs), "--timeout", str(timeout), "--no-progress"],
-                          cwd=REPO, capture_output=True, text=True)
+                          cwd=repo, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if proc.returncode:
         raise SystemExit(proc.stdout + proc.stderr)
@@ -74,6 +82,9 @@ def main(argv=None) -> None:
     p.add_argument("--copies", type=int, default=1, help="each demo student this many times")
     p.add_argument("-j", "--jobs", type=int, default=2)
     p.add_argument("--timeout", type=int, default=120, help="per-cell limit for both (s)")
+    p.add_argument("--baseline-rev", metavar="REV",
+                   help="also time the grader of this git revision on the same class")
+    p.add_argument("--no-nbgrader", action="store_true", help="skip plain nbgrader autograde")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
         tmp = Path(tmp)
@@ -81,10 +92,23 @@ def main(argv=None) -> None:
         print(f"class: {n} submissions of {a.lesson}; load average before: {os.getloadavg()[0]:.1f}")
         ours = time_ours(tmp / "class", tmp / "ours", a.jobs, a.timeout)
         print(f"python -m autograder grade -j {a.jobs}: {ours:7.1f} s  ({ours / n:.1f} s per submission)")
-        theirs = time_nbgrader(a.lesson, tmp / "class", tmp / "nbgrader", a.timeout)
-        print(f"nbgrader autograde (serial):   {theirs:7.1f} s  ({theirs / n:.1f} s per submission)")
-        print(f"ratio nbgrader / ours: {theirs / ours:.2f}x  (above 1: ours is faster); "
-              f"load average after: {os.getloadavg()[0]:.1f}")
+        if a.baseline_rev:
+            old = tmp / "baseline"
+            subprocess.run(["git", "worktree", "add", "--detach", str(old), a.baseline_rev],
+                           cwd=REPO, check=True, capture_output=True)
+            try:
+                then = time_ours(tmp / "class", tmp / "old", a.jobs, a.timeout, repo=old)
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=REPO,
+                               capture_output=True)
+            print(f"the grader of {a.baseline_rev} -j {a.jobs}: {then:7.1f} s  "
+                  f"({then / n:.1f} s per submission)")
+            print(f"ratio ours / {a.baseline_rev}: {ours / then:.2f}x  (below 1: ours is faster)")
+        if not a.no_nbgrader:
+            theirs = time_nbgrader(a.lesson, tmp / "class", tmp / "nbgrader", a.timeout)
+            print(f"nbgrader autograde (serial):   {theirs:7.1f} s  ({theirs / n:.1f} s per submission)")
+            print(f"ratio nbgrader / ours: {theirs / ours:.2f}x  (above 1: ours is faster)")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

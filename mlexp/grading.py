@@ -92,7 +92,7 @@ def _tensor_node(x, budget, grad_leaves):
     data = raw.numpy().tobytes() if t.numel() else b""
     budget[0] -= len(data)
     if budget[0] < 0:
-        raise WireError(f"more than {MAX_BYTES // 2**20} MiB of array data")
+        raise WireError(f"more than {MAX_BYTES} bytes of array data")
     node = {"t": "tensor", "dtype": dtype, "shape": list(t.shape), "data": _b64(data)}
     if grad_leaves is not None and x.requires_grad:
         node["leaf"] = len(grad_leaves)
@@ -144,7 +144,7 @@ def _encode(x, budget, grad_leaves, depth, kernel, refs=None):
         data = bytes(x)
         budget[0] -= len(data)
         if budget[0] < 0:
-            raise WireError(f"more than {MAX_BYTES // 2**20} MiB of data")
+            raise WireError(f"more than {MAX_BYTES} bytes of data")
         return {"t": "bytes", "v": _b64(data)}
     if isinstance(x, (list, tuple, set, frozenset)):
         kind = "list" if isinstance(x, list) else "tuple" if isinstance(x, tuple) else "set"
@@ -174,7 +174,7 @@ def _encode(x, budget, grad_leaves, depth, kernel, refs=None):
             data = np.ascontiguousarray(x).tobytes()
             budget[0] -= len(data)
             if budget[0] < 0:
-                raise WireError(f"more than {MAX_BYTES // 2**20} MiB of array data")
+                raise WireError(f"more than {MAX_BYTES} bytes of array data")
             return {"t": "ndarray", "dtype": dtype, "shape": list(x.shape), "data": _b64(data)}
         if isinstance(x, np.generic) and x.dtype.name in NUMPY_DTYPES:
             return _encode(x.item(), budget, grad_leaves, depth + 1, kernel, refs)
@@ -231,7 +231,7 @@ def _raw(data: str, budget) -> bytes:
     raw = base64.b64decode(data.encode("ascii"), validate=True)
     budget[0] -= len(raw)
     if budget[0] < 0:
-        raise WireError(f"more than {MAX_BYTES // 2**20} MiB of array data")
+        raise WireError(f"more than {MAX_BYTES} bytes of array data")
     return raw
 
 
@@ -456,46 +456,82 @@ def _backward(req):
     return {"value": encode(list(grads))}
 
 
+WATCHED_MODULES = ("builtins", "math", "operator", "functools", "cmath", "statistics", "json",
+                   "numpy", "torch", "torch.nn.functional", "torch.linalg", "mlexp", "mlexp.ops")
+
+
 def _watched_functions():
-    """id() of the functions tests and libraries rely on, by dotted name."""
+    """The functions tests and libraries rely on, by dotted name (and torch.Tensor's methods)."""
     import types
     found = {}
-    for modname in ("builtins", "math", "operator", "functools", "cmath", "statistics", "json",
-                    "numpy", "torch", "torch.nn.functional", "torch.linalg", "mlexp", "mlexp.ops"):
+    for modname in WATCHED_MODULES:
         mod = sys.modules.get(modname)
         if mod is None:
             continue
         for k, v in list(vars(mod).items()):
             if modname == "builtins" and k in _KERNEL_MANAGED:
                 continue
-            if callable(v) and not isinstance(v, type) and not isinstance(v, types.ModuleType):
-                found[f"{modname}.{k}"] = id(v)
-        found[f"sys.modules[{modname!r}]"] = id(mod)
+            if callable(v) and not isinstance(v, (type, types.ModuleType)):
+                found[f"{modname}.{k}"] = v
     torch = sys.modules.get("torch")
     if torch is not None:
-        for k, v in vars(torch.Tensor).items():
-            if callable(v):
-                found[f"torch.Tensor.{k}"] = id(v)
+        found.update({f"torch.Tensor.{k}": v for k, v in vars(torch.Tensor).items() if callable(v)})
     return found
 
 
-def _shell_state():
+def _shell_hooks():
+    """IPython's places where code can intercept a cell, each a list of what is registered."""
     from IPython import get_ipython
     shell = get_ipython()
     if shell is None:
         return {}
-    state = {"IPython input transformers": [id(f) for f in shell.input_transformers_post]
-             + [id(f) for f in shell.input_transformers_cleanup],
-             "IPython AST transformers": [id(f) for f in shell.ast_transformers],
-             "IPython custom exception handler": repr(shell.custom_exceptions),
-             "sys.settrace / sys.setprofile": [id(sys.gettrace()), id(sys.getprofile())]}
+    hooks = {"IPython input transformers": list(shell.input_transformers_post)
+             + list(shell.input_transformers_cleanup),
+             "IPython AST transformers": list(shell.ast_transformers),
+             "IPython custom exception handler": [getattr(shell, "CustomTB", None)]
+             if shell.custom_exceptions else [],
+             "sys.settrace / sys.setprofile": [f for f in (sys.gettrace(), sys.getprofile()) if f]}
     for name in ("showtraceback", "showsyntaxerror", "run_cell", "run_ast_nodes", "run_code",
                  "transform_cell", "set_custom_exc"):
-        own = vars(shell).get(name)   # a method replaced on the instance, else the class's
-        state[f"IPython shell.{name}"] = id(own if own is not None else getattr(type(shell), name, None))
+        own = vars(shell).get(name)    # a method replaced on the instance
+        hooks[f"IPython shell.{name}"] = [own] if own is not None else []
     for event, callbacks in shell.events.callbacks.items():
-        state[f"IPython event hook '{event}'"] = [id(c) for c in callbacks]
-    return state
+        hooks[f"IPython event hook '{event}'"] = list(callbacks)
+    return hooks
+
+
+def _install_dirs():
+    import os
+    import sysconfig
+    dirs = {sys.prefix, sys.base_prefix, *sysconfig.get_paths().values()}
+    mlexp = sys.modules.get("mlexp")
+    if mlexp is not None and getattr(mlexp, "__file__", None):
+        dirs.add(os.path.dirname(mlexp.__file__))
+    return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+
+
+def _from_notebook(obj) -> bool:
+    """True when ``obj`` was written in the notebook (its code is not part of the Python
+    installation, its libraries or mlexp): what a library does to itself on import, such as
+    matplotlib's own IPython hooks or torch re-wrapping torch.manual_seed, is not the student's."""
+    import functools
+    import os
+    for _ in range(8):   # unwrap partials and bound methods
+        if isinstance(obj, functools.partial):
+            obj = obj.func
+        elif hasattr(obj, "__func__"):
+            obj = obj.__func__
+        else:
+            break
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return not os.path.realpath(code.co_filename).startswith(_install_dirs())
+    cls = obj if isinstance(obj, type) else type(obj)
+    if cls.__module__ in ("builtins", "functools"):
+        return False    # a function of the interpreter itself
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    return path is None or not os.path.realpath(path).startswith(_install_dirs())
 
 
 def _snapshot(req):
@@ -506,38 +542,24 @@ def _snapshot(req):
         except Exception:
             pass
     _SNAPSHOT.clear()
-    _SNAPSHOT.update(functions=_watched_functions(), shell=_shell_state())
+    _SNAPSHOT.update(functions=_watched_functions(), hooks=_shell_hooks())
     return {"value": True}
 
 
 def _tamper_report(_req):
-    """What the student's cells changed in libraries, builtins and IPython since the snapshot."""
+    """What code written in the notebook put into libraries, builtins and IPython's hooks."""
     if not _SNAPSHOT:
         return {"value": ["the grader's snapshot of the kernel was removed"]}
     changed = []
-    now = _watched_functions()
-    for name, ident in _SNAPSHOT["functions"].items():
-        if now.get(name, ident) != ident and not _library_rewrap(name):
+    for name, fn in _watched_functions().items():
+        old = _SNAPSHOT["functions"].get(name)
+        if old is not None and fn is not old and _from_notebook(fn):
             changed.append(name)
-    shell = _shell_state()
-    for name, state in _SNAPSHOT["shell"].items():
-        if shell.get(name, state) != state:
+    for name, now in _shell_hooks().items():
+        before = _SNAPSHOT["hooks"].get(name, [])
+        if any(_from_notebook(h) for h in now if not any(h is b for b in before)):
             changed.append(name)
     return {"value": changed}
-
-
-def _library_rewrap(dotted: str) -> bool:
-    """True when a library wrapped its own function on import (torch._dynamo rebinds
-    torch.manual_seed to a functools.wraps wrapper): the wrapper's code lives in that library."""
-    import os
-    modname, _, attr = dotted.rpartition(".")
-    mod = sys.modules.get(modname)
-    pkg = sys.modules.get(modname.split(".")[0])
-    new = getattr(mod, attr, None) if mod is not None else None
-    code = getattr(new, "__code__", None)
-    root = os.path.dirname(getattr(pkg, "__file__", "") or "")
-    return (bool(root) and code is not None and hasattr(new, "__wrapped__")
-            and code.co_filename.startswith(root + os.sep))
 
 
 _OPS = {"lookup": lambda req: _lookup(req.get("name")), "call": _call, "backward": _backward,

@@ -1,7 +1,11 @@
 """The grader against a class that attacks it (tests/corpus), a kill mid-batch, PostgreSQL.
 
-The corpus (tests/corpus/build_corpus.py: 32 toy kinds + 3 on lesson 01) is zipped inside two
-wrapping folders as an LMS exports it and graded once with one command, at -j 2.
+The corpus (tests/corpus/build_corpus.py: toy kinds, lesson 01 and lesson 00 attacks) is zipped
+inside two wrapping folders as an LMS exports it and graded once with one command, at -j 2,
+while this test listens on the TCP port and the Unix socket the attacks knock on. Then: each
+kind's status and score, no hidden test in any feedback page, no file left outside the
+sandboxes, no process left behind, no connection received, and the self-check (`check`) held
+to the same harness.
 """
 import csv
 import glob
@@ -9,9 +13,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -20,17 +26,21 @@ import nbformat
 import pytest
 
 from autograder.build import build
+from autograder.check import check_notebook
 from autograder.collect import collect
 from autograder.grade import grade_class
+from autograder.jail import UID_RANGE
+from autograder.options import GradingOptions
 from autograder.repair import normalise_name
-from autograder.sandbox import Limits, _probe, run_sandboxed
+from autograder.sandbox import run_submission
 from toy_course import ASSIGNMENT, HIDDEN_MARK, NOTEBOOK, make_toy_course
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "corpus"))
 import build_corpus as corpus  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-L01 = corpus.L01
+L01, L00 = corpus.L01, corpus.L00
+pytestmark = pytest.mark.slow
 
 
 def cli(*args, **kw):
@@ -45,9 +55,10 @@ def rows(out: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    """The toy course plus lesson 01 (copied from the repository), built."""
+    """The toy course plus lessons 01 and 00 (copied from the repository), built."""
     root = make_toy_course(tmp_path_factory.mktemp("course"))
-    shutil.copytree(REPO / "solutions" / L01, root / "solutions" / L01)
+    for lesson in (L01, L00):
+        shutil.copytree(REPO / "solutions" / lesson, root / "solutions" / lesson)
     build(root)
     return root
 
@@ -59,11 +70,68 @@ def lessons(course):
     return toy, l01
 
 
+class Listener:
+    """A TCP listener on 127.0.0.1 and a Unix socket in the host's /tmp that count connections."""
+
+    def __init__(self, port, path):
+        self.connections = []
+        self.tcp = socket.create_server(("127.0.0.1", port))
+        Path(path).unlink(missing_ok=True)
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.unix.bind(path)
+        os.chmod(path, 0o777)
+        self.unix.listen()
+        self.path = path
+        for s in (self.tcp, self.unix):
+            threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def _accept(self, s):
+        while True:
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                return
+            self.connections.append(s.family)
+            conn.close()
+
+    def close(self):
+        self.tcp.close()
+        self.unix.close()
+        Path(self.path).unlink(missing_ok=True)
+
+
+def marker_files() -> list:
+    """Files the attacks may leave on the host: named after the marker, where a sandbox could
+    have put them if it were not one."""
+    found = []
+    for root in ("/tmp", "/dev/shm", "/var/tmp", str(REPO), os.path.expanduser("~")):
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in (".venv", ".git", "node_modules")]
+            found += [os.path.join(folder, f) for f in files if corpus.MARKER in f]
+    return found
+
+
+def marker_processes() -> list:
+    """Processes left by the attacks: the marker in their command line, or a sandbox's uid."""
+    left = []
+    for status in glob.glob("/proc/[0-9]*/status"):
+        try:
+            text = Path(status).read_text()
+            cmdline = Path(status).with_name("cmdline").read_bytes()
+        except OSError:
+            continue
+        uid = int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("Uid:")))
+        if corpus.MARKER.encode() in cmdline or UID_RANGE[0] <= uid < UID_RANGE[1]:
+            left.append((status, cmdline[:80]))
+    return left
+
+
 @pytest.fixture(scope="module")
 def graded_corpus(course, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("corpus")
     toy, l01 = lessons(course)
-    corpus.write_class(tmp / "export" / "lms_download" / "course_2026", toy, l01)
+    l00 = nbformat.read(course / "lessons" / L00 / f"{L00}.ipynb", as_version=4)
+    corpus.write_class(tmp / "export" / "lms_download" / "course_2026", toy, l01, l00)
     zpath = tmp / "class.zip"
     with zipfile.ZipFile(zpath, "w") as zf:
         for f in sorted((tmp / "export").rglob("*")):
@@ -71,23 +139,34 @@ def graded_corpus(course, tmp_path_factory):
     out = tmp / "out"
     args = ["--course", course, "grade", zpath, "--out", out, "-j", "2", "--timeout", "20",
             "--max-size", corpus.MAX_BYTES / 2**20, "--no-progress"]
-    proc = cli(*args, timeout=1500)
+    before = marker_files()
+    listener = Listener(corpus.PROBE["port"], corpus.PROBE["socket"])
+    try:
+        proc = cli(*args, timeout=2400)
+        time.sleep(3)    # a daemon that outlived its job would write again by now
+    finally:
+        listener.close()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc.stdout, args
+    left = {"files": sorted(set(marker_files()) - set(before)), "processes": marker_processes(),
+            "connections": listener.connections}
+    return out, proc.stdout, args, left
+
+
+def expected_rows():
+    return {**{(s, ASSIGNMENT): e for s, e in corpus.CASES.items()},
+            **{(s, L01): e for s, e in corpus.L01_CASES.items()},
+            **{(s, L00): e for s, e in corpus.L00_CASES.items()}}
 
 
 def test_every_kind_gets_its_status_and_score(graded_corpus):
-    out, stdout, _ = graded_corpus
+    out, stdout, _, _ = graded_corpus
     got = rows(out)
-    expected = {**{(s, ASSIGNMENT): e for s, e in corpus.CASES.items()},
-                **{(s, L01): e for s, e in corpus.L01_CASES.items()}}
-    assert len(expected) >= 15 + 3
+    expected = expected_rows()
+    assert len(expected) >= 40 + 8 + 1
     assert sorted(got) == sorted(expected), "every student gets exactly one row"
     wrong = []
     for key, (status, score, needle) in expected.items():
         row = got[key]
-        if key[0] == "network_probe":   # full marks only where the network is really cut
-            score = 6 if _probe()["net"] else 3
         if not row["status"].startswith(status) or float(row["score"]) != score \
                 or needle not in row["status"] + row["notes"]:
             wrong.append((key[0], row["status"], row["notes"], row["score"], (status, score, needle)))
@@ -96,8 +175,70 @@ def test_every_kind_gets_its_status_and_score(graded_corpus):
     assert float(got[("broken_json", ASSIGNMENT)]["max_score"]) == 6   # what it could have scored
 
 
+def test_nothing_escapes_the_sandboxes(graded_corpus):
+    """No file outside a scratch folder, no process after the batch, no connection received."""
+    *_, left = graded_corpus
+    assert left["files"] == [], left["files"]
+    assert left["processes"] == [], left["processes"]
+    assert left["connections"] == [], "an attack reached the host's network or a socket"
+
+
+def test_forged_results_do_not_survive(graded_corpus):
+    out, _, args, _ = graded_corpus
+    got = rows(out)
+    assert float(got[("ok_correct", ASSIGNMENT)]["score"]) == 6
+    saved = json.loads((out / "results" / ASSIGNMENT / "ok_correct.json").read_text())
+    assert saved["score"] == 6 and saved["status"] == "graded"
+
+
+def test_output_is_capped(graded_corpus):
+    out, _, _, _ = graded_corpus
+    page = out / "feedback" / "floods_output" / ASSIGNMENT / "toy.html"
+    assert page.stat().st_size < 6 * 2**20, "100 MB of print reached the feedback page"
+    assert "output capped" in page.read_text()
+
+
+def test_time_limits_are_named_in_the_feedback(graded_corpus):
+    out, _, _, _ = graded_corpus
+    text = (out / "feedback" / "endless_loop" / ASSIGNMENT / "toy.html").read_text()
+    assert "ran longer than its time limit" in text and "KeyboardInterrupt" not in text
+
+
+def hidden_lines(solution_nb, lesson_nb) -> set:
+    """Lines of the hidden tests that the released lesson does not contain."""
+    released = "\n".join(c.source for c in lesson_nb.cells)
+    hidden = set()
+    for cell in solution_nb.cells:
+        if "### BEGIN HIDDEN TESTS" not in cell.source:
+            continue
+        inside = cell.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
+        hidden |= {ln.strip() for ln in inside.splitlines()
+                   if len(ln.strip()) > 12 and ln.strip() not in released}
+    return hidden
+
+
+def test_no_hidden_test_line_in_any_feedback(graded_corpus, course):
+    out, _, _, _ = graded_corpus
+    checked = 0
+    for lesson in (L01, L00):
+        solution = nbformat.read(course / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+        released = nbformat.read(course / "lessons" / lesson / f"{lesson}.ipynb", as_version=4)
+        lines = hidden_lines(solution, released)
+        assert lines, lesson
+        for page in sorted((out / "feedback").glob(f"*/{lesson}/*.html")):
+            import html as html_module
+            text = html_module.unescape(page.read_text())
+            leaked = [ln for ln in lines if ln in text]
+            assert not leaked, (page, leaked[:3])
+            checked += 1
+    for page in sorted((out / "feedback").glob(f"*/{ASSIGNMENT}/*.html")):
+        assert HIDDEN_MARK not in page.read_text(), page
+        checked += 1
+    assert checked >= len(expected_rows()) - 6
+
+
 def test_stderr_warning_and_timeouts_score_per_cell(graded_corpus):
-    out, _, _ = graded_corpus
+    out, _, _, _ = graded_corpus
     got = rows(out)
     assert float(got[("warning_on_stderr", ASSIGNMENT)]["test_mul"]) == 3   # not zeroed
     loop = got[("endless_loop", ASSIGNMENT)]
@@ -109,7 +250,7 @@ def test_stderr_warning_and_timeouts_score_per_cell(graded_corpus):
 
 
 def test_feedback_never_shows_hidden_tests(graded_corpus):
-    out, _, _ = graded_corpus
+    out, _, _, _ = graded_corpus
     pages = sorted((out / "feedback").glob(f"*/{ASSIGNMENT}/*.html"))
     assert len(pages) >= 20
     for page in pages:
@@ -120,12 +261,13 @@ def test_feedback_never_shows_hidden_tests(graded_corpus):
 
 
 def test_rerun_is_idempotent_and_force_regrades_one(graded_corpus, tmp_path):
-    out, _, args = graded_corpus
+    out, _, args, _ = graded_corpus
     before = (out / "grades.csv").read_text()
     journal = {p: p.read_text() for p in (out / "results").rglob("*.json")}
     proc = cli(*args, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "0 submissions graded" in proc.stdout and "35 unchanged" in proc.stdout
+    assert "0 submissions graded" in proc.stdout
+    assert f"{len(expected_rows())} unchanged" in proc.stdout
     assert (out / "grades.csv").read_text() == before
     assert {p: p.read_text() for p in (out / "results").rglob("*.json")} == journal
 
@@ -154,7 +296,8 @@ def test_repair_notes_without_running(course):
             assert [g for g in gids if g] == [g for g in (c.metadata.get("nbgrader", {}).get(
                 "grade_id") for c in toy.cells) if g], student
             if needle and status == "graded" and "renamed" not in needle and "submissions" \
-                    not in needle and "folder" not in needle and "inside" not in needle:
+                    not in needle and "folder" not in needle and "inside" not in needle \
+                    and "output capped" not in needle:
                 assert any(needle in n for n in notes), (student, notes)
 
 
@@ -171,15 +314,52 @@ def test_names_and_collect_edge_cases(tmp_path):
     assert subs["zed"].problem.startswith("no .ipynb file")
 
 
-def test_notebook_time_limit_kills_the_worker(tmp_path):
+def test_notebook_time_limit_stops_the_run(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import time\nfor _ in range(100):\n    time.sleep(0.1)"),
-        nbformat.v4.new_code_cell("time.sleep(60)")])
+        nbformat.v4.new_code_cell("time.sleep(60)"),
+        nbformat.v4.new_code_cell("print('never')")])
     start = time.perf_counter()
-    executed, report = run_sandboxed(nb, tmp_path, Limits(cell_timeout=90, notebook_timeout=8,
-                                                         guard=False))
-    assert executed is None and "ran past its 8 s limit" in report.review[0]
+    executed, report = run_submission(nb, tmp_path, GradingOptions(cell_timeout=90, notebook_timeout=8))
+    assert "ran past its 8 s limit" in report["review"][0]
+    assert "notebook reached its time limit" in str(executed.cells[1].outputs)
+    assert executed.cells[2].outputs == []
     assert time.perf_counter() - start < 30
+
+
+def _check(course, nb, tmp_path, **options):
+    path = tmp_path / f"{L01}.ipynb"
+    nbformat.write(nb, path)
+    return check_notebook(path, GradingOptions(**options), course=course)
+
+
+def test_check_cannot_be_talked_into_pass(course, tmp_path):
+    """Item 11: a notebook that mutes tracebacks and answers nothing fails every test in check."""
+    _, (lesson, _) = lessons(course)
+    nb = corpus._prepend(lesson, "from IPython.core.interactiveshell import InteractiveShell\n"
+                                 "InteractiveShell.showtraceback = lambda *a, **k: None\n"
+                                 "get_ipython().showtraceback = lambda *a, **k: None")
+    results, _ = _check(course, nb, tmp_path)
+    assert results and not any(r.passed for r in results)
+
+
+def test_check_restores_deleted_tests_and_names_timeouts(course, tmp_path, capsys):
+    """Item 12: a deleted failing test comes back; an endless answer is a FAIL row that says so."""
+    toy, _ = lessons(course)
+    nb = corpus._answer(toy, {"add": corpus.ADD_SOLUTION, "mul": corpus.WRONG_MUL,
+                              "mean": "def mean(xs):\n    while True:\n        pass"})
+    del nb.cells[corpus._index(nb, "test_mul")]
+    path = tmp_path / NOTEBOOK
+    nbformat.write(nb, path)
+    results, notes = check_notebook(path, GradingOptions(cell_timeout=5), course=course)
+    by_id = {r.grade_id: r for r in results}
+    assert by_id["test_add"].passed and not by_id["test_mul"].passed
+    assert by_id["test_mean"].timed_out and "timed out" in by_id["test_mean"].message
+    assert any("'test_mul' was deleted" in n for n in notes)
+    proc = cli("--course", course, "check", path, "--timeout", "5", timeout=300)
+    assert proc.returncode == 1
+    assert "FAIL  test_mean" in proc.stdout and "timed out" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr and "ZMQ" not in proc.stderr
 
 
 def _write_small_class(course, dest, n=4):
@@ -265,13 +445,15 @@ def postgres_url():
 def test_postgresql_gradebook(course, tmp_path, postgres_url):
     cls = _write_small_class(course, tmp_path / "cls", n=2)
     out = tmp_path / "out"
-    results = grade_class(course, cls, out, timeout=20, progress=False, jobs=2, db_url=postgres_url)
+    results = grade_class(course, cls, out, options=GradingOptions(cell_timeout=20), progress=False,
+                          jobs=2, db_url=postgres_url)
     assert [(r.student, r.score) for r in results] == [("ok_blank", 0), ("ok_correct", 6)]
     assert not (out / "work" / "gradebook.db").exists()
     from nbgrader.api import Gradebook
     from autograder.config import sqlalchemy_url
     with Gradebook(sqlalchemy_url(postgres_url)) as gb:
         assert gb.find_submission(ASSIGNMENT, "ok_correct").score == 6
-    again = grade_class(course, cls, out, timeout=20, progress=False, db_url=postgres_url)
+    again = grade_class(course, cls, out, options=GradingOptions(cell_timeout=20), progress=False,
+                        db_url=postgres_url)
     assert all(r.reused for r in again)
     assert json.loads((out / "results" / ASSIGNMENT / "ok_correct.json").read_text())["score"] == 6

@@ -209,8 +209,8 @@ def test_table_and_grades_csv(graded_lessons, assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_check_passes_the_solution(assignment):
     for solution in notebooks(REPO / "solutions" / assignment):
-        results = check_notebook(solution)
-        assert results and all(r.passed for r in results), results
+        results, notes = check_notebook(solution)
+        assert results and all(r.passed for r in results), (results, notes)
 
 
 @pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if a in CATALOG])

@@ -1,10 +1,13 @@
 """The adversarial corpus: a class of submissions that break, bend or attack the grader.
 
-Each kind is one student, written from the released toy lesson (tests/toy_course.py) or from
-lesson 01, with the status and score the grader must give it (CASES). Build a class with
-``python tests/corpus/build_corpus.py DEST [--lesson01]`` and grade it in one command:
-``python -m autograder --course COURSE grade DEST --out OUT``. The toy course must be built
-first (tests/test_grader_corpus.py does all of this).
+Each kind is one student, written from the released toy lesson (tests/toy_course.py), from
+lesson 01 or from lesson 00, with the status and score the grader must give it (CASES,
+L01_CASES, L00_CASES). The attacks of the grader's trust boundary (issue 11) try to forge a
+grade, read hidden tests or secrets, change files outside their scratch folder, reach the
+network or a socket, or outlive their job; an honest student is graded beside them. Build a class
+with ``python tests/corpus/build_corpus.py DEST --course COURSE [--lesson01 REPO]`` and grade it
+in one command: ``python -m autograder --course COURSE grade DEST --out OUT``. The toy course
+must be built first (tests/test_grader_corpus.py does all of this).
 """
 import copy
 import json
@@ -21,6 +24,10 @@ from toy_course import (ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION,  
                         NOTEBOOK)
 
 L01 = "01_running_sum"
+L00 = "00_token_mixing"
+MARKER = "corpus-marker"          # every file or process an attack leaves carries this in its name
+# Where the network and socket attacks knock (the test listens there and counts connections).
+PROBE = {"port": 47_811, "socket": "/tmp/corpus-listener.sock", "marker": MARKER}
 WRONG_ADD = "def add(a, b):\n    return a - b"
 WRONG_MUL = "def mul(a, b):\n    return a + b"
 MAX_BYTES = 256 * 1024        # the corpus is graded with --max-size 0.25 (MiB)
@@ -47,13 +54,27 @@ CASES = {
     "edited_test_and_metadata_lost": ("graded", 4, "'test_add' had been edited: restored"),
     "swallows_assertions": ("needs manual review", 0, "IPython custom exception handler"),
     "patches_math_isclose": ("needs manual review", 5, "math.isclose"),
-    "shadows_builtin_abs": ("needs manual review", 5, "abs (a global that shadowed"),
+    "shadows_builtin_abs": ("graded", 5, ""),      # tests use the real abs; a student's own is harmless
+    "changes_points": ("needs manual review", 6, "grader settings of test cell 'test_add'"),
     "warning_on_stderr": ("graded", 6, ""),
-    "endless_loop": ("graded", 3, ""),
+    "endless_loop": ("timed out", 3, "test_mul"),
     "kernel_killed": ("needs manual review", 0, "the kernel died"),
-    "network_probe": ("graded", None, ""),          # 6 where a network namespace is allowed, else 3
+    "network_probe": ("graded", 6, ""),
     "looks_for_grades": ("graded", 6, ""),
     "feels_its_limits": ("graded", 6, ""),          # memory and CPU-time limits are in force
+    # The trust boundary (issue 11): each attack scores what a blank notebook scores, or keeps
+    # exactly what it answered honestly, and is flagged where it tampered with the kernel.
+    "rewrites_cells": ("needs manual review", 0, "blocked or rewritten"),
+    "rewrites_asserts": ("needs manual review", 0, "IPython AST transformers"),
+    "patches_checks": ("needs manual review", 0, "math.isclose"),
+    "equal_to_everything": ("graded", 0, ""),
+    "exits_when_tested": ("needs manual review", 0, "the kernel died"),
+    "reads_tests": ("graded", 6, ""),
+    "reads_secrets": ("graded", 6, ""),
+    "writes_elsewhere": ("graded", 6, ""),
+    "knocks_on_sockets": ("graded", 6, ""),
+    "forks_many": ("graded", 6, ""),
+    "floods_output": ("graded", 6, "output capped"),
     "broken_json": ("rejected", 0, "not valid notebook JSON"),
     "empty_file": ("rejected", 0, "the file is empty"),
     "huge_file": ("rejected", 0, "MiB limit"),
@@ -64,7 +85,182 @@ L01_CASES = {
     "l01_patches_mlexp_ops": ("needs manual review", 7, "mlexp.ops.linear_attention"),
     "l01_swallows_on_blank": ("needs manual review", 0, "IPython custom exception handler"),
     "l01_colab_stripped": ("graded", 10, "re-attached by source similarity"),
+    "l01_test_to_print": ("needs manual review", 0, "IPython input transformers"),
+    "l01_patches_checks": ("needs manual review", 0, "torch.allclose"),
+    "l01_equal_objects": ("graded", 0, ""),
+    "l01_exits_when_tested": ("needs manual review", 0, "the kernel died"),
+    "l01_prints_history": ("graded", 10, ""),
 }
+L00_CASES = {
+    "l00_equal_objects": ("graded", 0, ""),
+}
+
+# Attack code, as a student would paste it into an answer cell. FIND walks the file system the
+# kernel can see (skipping the large package folders) for files of the grader and of the class.
+FIND = """
+import os
+def find(*names):
+    hits, seen = [], 0
+    for root in ('/', '..', '../..'):
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in ('site-packages', 'proc', 'sys', 'usr', 'dev')]
+            seen += 1
+            if seen > 20000:
+                return hits
+            hits += [os.path.join(folder, n) for n in dirs + files if n in names]
+    return hits
+"""
+ALWAYS_EQUAL = """
+class AlwaysEqual(float):
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+    def __lt__(self, other):
+        return True
+    __le__ = __gt__ = __ge__ = __lt__
+    __hash__ = float.__hash__
+"""
+REWRITE_CELLS = """
+ip = get_ipython()
+ip.input_transformers_post.append(lambda lines: ['print("ok")\\n'] if lines and lines[0].startswith('# Test') else lines)
+ip.input_transformers_cleanup.append(lambda lines: ['pass\\n'] if any('kernel_request' in l or 'assert' in l for l in lines) else lines)
+"""
+REWRITE_ASSERTS = """
+import ast
+class NoAsserts(ast.NodeTransformer):
+    def visit_Assert(self, node):
+        return ast.Pass()
+get_ipython().ast_transformers.append(NoAsserts())
+"""
+PATCH_CHECKS = """
+import builtins, math, operator
+for name in [n for n in vars(builtins) if n.startswith('_grader')]:
+    delattr(builtins, name)
+math.isclose = lambda *args, **kwargs: True
+operator.eq = lambda a, b: True
+"""
+EXIT_WHEN_TESTED = """
+import os
+def _stop(*args, **kwargs):
+    os._exit(0)
+get_ipython().events.register('pre_run_cell', _stop)
+"""
+READ_TESTS = """
+import inspect, linecache, sys
+print(In)
+print(sorted(linecache.cache))
+def add(a, b):
+    for frame in inspect.stack():
+        print(frame.filename, frame.code_context)
+    caller = sys._getframe(1)
+    print(linecache.getlines(caller.f_code.co_filename))
+    return a + b
+"""
+READ_SECRETS = FIND + """
+import glob, os
+FOUND = []
+for var, value in os.environ.items():
+    if any(word in value for word in ('solutions', '--db', 'postgresql', 'grades', 'autograded')):
+        FOUND.append(var)
+for path in os.environ.get('PYTHONPATH', '').split(os.pathsep):
+    if path and os.path.isdir(os.path.join(path, 'solutions')):
+        FOUND.append('solutions via PYTHONPATH')
+for cmdline in glob.glob('/proc/*/cmdline'):
+    try:
+        text = open(cmdline, 'rb').read()
+    except OSError:
+        continue
+    if b'--db' in text or b'postgresql' in text or b'solutions' in text or b'grade ' in text:
+        FOUND.append(cmdline)
+FOUND += find('gradebook.db', 'grades.csv', 'solutions', 'results', 'submitted', 'autograded',
+              'ok_correct', 'ok_blank', 'reads_tests')
+print('found:', FOUND)
+def mul(a, b):
+    return a * b if not FOUND else None
+"""
+WRITE_ELSEWHERE = FIND + """
+import glob, os, subprocess, sys
+MARK = '{marker}'
+WROTE = []
+for folder in ['.', '..', '../..', '/tmp', '/dev/shm', os.path.expanduser('~'), '/var/tmp', '/home',
+               *glob.glob('/tmp/*'), *find('results', 'feedback', 'work')]:
+    try:
+        with open(os.path.join(folder, MARK + '-file'), 'w') as f:
+            f.write('x')
+        WROTE.append(folder)
+    except OSError:
+        pass
+for target in find('grades.csv', 'ok_correct.json', 'job.json', 'in.ipynb'):
+    try:
+        open(target, 'w').write('forged')
+    except OSError:
+        pass
+DAEMON = (
+    "import os, time\\n"
+    "for _ in range(300):\\n"
+    "    for d in ('/tmp', '/dev/shm', '..'):\\n"
+    "        try: open(os.path.join(d, '{marker}-daemon'), 'w').write('x')\\n"
+    "        except OSError: pass\\n"
+    "    time.sleep(0.2)\\n")
+subprocess.Popen([sys.executable, '-c', DAEMON, '{marker}'], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print('wrote into', WROTE)
+"""
+KNOCK = """
+import ctypes, glob, os, socket
+from ipykernel.connect import get_connection_file
+OWN = os.path.dirname(get_connection_file())    # the kernel's own sockets: talking to itself
+REACHED = []
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()
+    REACHED.append('tcp loopback')
+except OSError:
+    pass
+try:
+    socket.create_connection(('1.1.1.1', 53), timeout=2).close()
+    REACHED.append('internet')
+except OSError:
+    pass
+for path in ['{socket}'] + glob.glob('/tmp/**/*', recursive=True) + glob.glob('/run/**/*', recursive=True):
+    if os.path.dirname(path) == OWN:
+        continue
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(1)
+        s.connect(path)
+        REACHED.append(path)
+    except OSError:
+        pass
+libc = ctypes.CDLL(None, use_errno=True)
+for ns in glob.glob('/proc/*/ns/net'):
+    try:
+        fd = os.open(ns, os.O_RDONLY)
+        if libc.setns(fd, 0) == 0:
+            REACHED.append('setns ' + ns)
+    except OSError:
+        pass
+print('reached:', REACHED)
+def mul(a, b):
+    return a * b if not REACHED else None
+"""
+FORKS = """
+import subprocess
+STARTED = []
+try:
+    for _ in range(200):
+        STARTED.append(subprocess.Popen(['sleep', '600']))
+except OSError:
+    pass
+print('started', len(STARTED), 'processes')
+def mul(a, b):
+    return a * b if len(STARTED) < 200 else None
+"""
+FLOOD = """
+print('x' * 10**8)
+def mul(a, b):
+    return a * b
+"""
 
 
 def _answer(nb, answers: dict):
@@ -89,8 +285,18 @@ def _strip(nb, new_ids: bool):
     return nb
 
 
-def toy_cases(lesson) -> dict:
-    """student -> (file name relative to <student>/, bytes or notebook) for the toy lesson."""
+def _prepend(nb, code: str):
+    """A copy of ``nb`` with a code cell ``code`` inserted after its first cell."""
+    nb = copy.deepcopy(nb)
+    nb.cells.insert(1, new_code_cell(code))
+    return nb
+
+
+def toy_cases(lesson, probe=PROBE) -> dict:
+    """student -> (file name relative to <student>/, bytes or notebook) for the toy lesson.
+
+    ``probe`` names the TCP port, the Unix socket and the file marker of the attacks that knock
+    or write outside their sandbox (the test listens and looks there)."""
     good = _answer(lesson, {"add": ADD_SOLUTION, "mul": MUL_SOLUTION, "mean": MEAN_SOLUTION})
     right = {"add": ADD_SOLUTION, "mean": MEAN_SOLUTION}
     files = {"ok_correct": {f"{ASSIGNMENT}/{NOTEBOOK}": good},
@@ -174,6 +380,30 @@ def toy_cases(lesson) -> dict:
                "try:\n    mmap.mmap(-1, 6 * 2**30)   # address space only, no memory touched\n"
                "except OSError:\n    pass\nelse:\n    LIMITED = False\n"
                "def mul(a, b):\n    return a * b if LIMITED else None"})}
+    blank_with = lambda code: _prepend(lesson, code)   # noqa: E731  (a blank notebook + an attack)
+    files["rewrites_cells"] = {f"{ASSIGNMENT}/{NOTEBOOK}": blank_with(REWRITE_CELLS)}
+    files["rewrites_asserts"] = {f"{ASSIGNMENT}/{NOTEBOOK}": blank_with(REWRITE_ASSERTS)}
+    files["patches_checks"] = {f"{ASSIGNMENT}/{NOTEBOOK}": blank_with(PATCH_CHECKS)}
+    files["equal_to_everything"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {
+        "add": ALWAYS_EQUAL + "def add(a, b):\n    return AlwaysEqual(0)",
+        "mul": "class Same(tuple):\n    def __eq__(self, other):\n        return True\n"
+               "def mul(a, b):\n    return Same()",
+        "mean": ALWAYS_EQUAL + "def mean(xs):\n    return AlwaysEqual('nan')"})}
+    files["exits_when_tested"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {
+        "add": EXIT_WHEN_TESTED + ADD_SOLUTION, "mul": MUL_SOLUTION, "mean": MEAN_SOLUTION})}
+    files["reads_tests"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {
+        "add": READ_TESTS, "mul": MUL_SOLUTION, "mean": MEAN_SOLUTION + "\nprint(In)"})}
+    files["reads_secrets"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {
+        **right, "mul": READ_SECRETS})}
+    files["writes_elsewhere"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {
+        **right, "mul": WRITE_ELSEWHERE.format(**probe) + MUL_SOLUTION})}
+    files["knocks_on_sockets"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {
+        **right, "mul": KNOCK.format(**probe)})}
+    files["forks_many"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {**right, "mul": FORKS})}
+    files["floods_output"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {**right, "mul": FLOOD})}
+    nb = copy.deepcopy(good)
+    nb.cells[_index(nb, "test_add")].metadata["nbgrader"]["points"] = 100
+    files["changes_points"] = {f"{ASSIGNMENT}/{NOTEBOOK}": nb}
     files["broken_json"] = {f"{ASSIGNMENT}/{NOTEBOOK}": b'{"cells": [ broken'}
     files["empty_file"] = {f"{ASSIGNMENT}/{NOTEBOOK}": b""}
     big = copy.deepcopy(good)
@@ -208,14 +438,45 @@ def lesson01_cases(lesson, solution) -> dict:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     nb.metadata["colab"] = {"provenance": []}
     files["l01_colab_stripped"] = {f"{L01}/{L01}.ipynb": nb}
+    nb = _prepend(lesson, "ip = get_ipython()\nip.input_transformers_post.append(lambda lines: "
+                          "['print(\"passed\")\\n'] if lines and lines[0].startswith('# Test:') else lines)")
+    files["l01_test_to_print"] = {f"{L01}/{L01}.ipynb": nb}
+    nb = _prepend(lesson, PATCH_CHECKS + "import torch\ntorch.allclose = lambda *a, **k: True\n"
+                          "torch.equal = lambda *a, **k: True")
+    files["l01_patches_checks"] = {f"{L01}/{L01}.ipynb": nb}
+    files["l01_equal_objects"] = {f"{L01}/{L01}.ipynb": _answer(lesson, {
+        "your_turn_answer": ALWAYS_EQUAL + "answer = (AlwaysEqual(0), AlwaysEqual(0))",
+        "cost_per_token": ALWAYS_EQUAL + "def attention_ops_per_token(t, d):\n    return AlwaysEqual(0)\n"
+                          "def state_ops_per_token(d):\n    return AlwaysEqual(0)"})}
+    nb = _prepend(lesson, EXIT_WHEN_TESTED)
+    files["l01_exits_when_tested"] = {f"{L01}/{L01}.ipynb": nb}
+    nb = copy.deepcopy(good)
+    nb.cells.append(new_code_cell(READ_TESTS.replace("def add(a, b):", "def _unused(a, b):")))
+    i = _index(nb, "cost_per_token")
+    nb.cells[i].source += ("\nimport inspect, sys, linecache\n_real = attention_ops_per_token\n"
+                           "def attention_ops_per_token(t, d):\n"
+                           "    print(linecache.getlines(sys._getframe(1).f_code.co_filename))\n"
+                           "    print([f.code_context for f in inspect.stack()])\n"
+                           "    return _real(t, d)")
+    files["l01_prints_history"] = {f"{L01}/{L01}.ipynb": nb}
     return files
 
 
-def write_class(dest: Path, toy_lesson, l01=None) -> Path:
-    """Write every case under ``dest/<student>/...``; ``l01`` = (lesson, solution) or None."""
-    cases = toy_cases(toy_lesson)
+def lesson00_cases(lesson) -> dict:
+    """student -> files for lesson 00: the always-equal object on the receptive-field exercise."""
+    return {"l00_equal_objects": {f"{L00}/{L00}.ipynb": _answer(lesson, {
+        "reach": ALWAYS_EQUAL + "def conv_reach(n_layers, kernel_size):\n    return AlwaysEqual(0)\n\n\n"
+                 "print({L: conv_reach(L, 4) for L in (1, 2, 4, 8)})"})}}
+
+
+def write_class(dest: Path, toy_lesson, l01=None, l00=None, probe=PROBE) -> Path:
+    """Write every case under ``dest/<student>/...``; ``l01`` = (lesson, solution) or None,
+    ``l00`` = lesson 00's released notebook or None."""
+    cases = toy_cases(toy_lesson, probe)
     if l01 is not None:
         cases.update(lesson01_cases(*l01))
+    if l00 is not None:
+        cases.update(lesson00_cases(l00))
     for student, files in cases.items():
         for t, (rel, content) in enumerate(files.items()):   # listed oldest first
             path = Path(dest) / student / rel
