@@ -377,7 +377,7 @@ class HarnessClient(NotebookClient):
         try:
             self._execute_aside(cell)
         except DeadKernelError:
-            raise KernelGone("the kernel died during a call from a test") from None
+            raise KernelGone("during a call from a test") from None
         finally:
             self.request_mode = False
             self.timeout = saved
@@ -614,7 +614,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                 report["tampered"].append("the grader's requests to the kernel (they were "
                                           "blocked or rewritten)")
     except (KernelGone, DeadKernelError) as exc:
-        report["kernel"] = f"the kernel died ({exc})" if str(exc) else "the kernel died"
+        report["kernel"] = f"the kernel died {exc}" if isinstance(exc, KernelGone) else "the kernel died"
         for cell in nb.cells:
             if is_test_cell(cell) and cell.get("execution_count") is None:
                 cell.outputs = [_error(NOT_RUN_ENAME, f"this test did not run: {report['kernel']}")]

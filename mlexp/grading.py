@@ -488,8 +488,8 @@ def _shell_hooks():
     hooks = {"IPython input transformers": list(shell.input_transformers_post)
              + list(shell.input_transformers_cleanup),
              "IPython AST transformers": list(shell.ast_transformers),
-             "IPython custom exception handler": [getattr(shell, "CustomTB", None)]
-             if shell.custom_exceptions else [],
+             # set_custom_exc wraps the handler in IPython's own function: compare what it catches
+             "IPython custom exception handler": list(shell.custom_exceptions),
              "sys.settrace / sys.setprofile": [f for f in (sys.gettrace(), sys.getprofile()) if f]}
     for name in ("showtraceback", "showsyntaxerror", "run_cell", "run_ast_nodes", "run_code",
                  "transform_cell", "set_custom_exc"):
@@ -557,7 +557,8 @@ def _tamper_report(_req):
             changed.append(name)
     for name, now in _shell_hooks().items():
         before = _SNAPSHOT["hooks"].get(name, [])
-        if any(_from_notebook(h) for h in now if not any(h is b for b in before)):
+        added = [h for h in now if not any(h is b for b in before)]
+        if added and (name == "IPython custom exception handler" or any(map(_from_notebook, added))):
             changed.append(name)
     return {"value": changed}
 

@@ -18,6 +18,16 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
     PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu "$VPY" -m pip install --no-deps --retries 1 --timeout 15 "torch>=2.1"
   fi
 fi
+# The grader runs each student's kernel in a bubblewrap sandbox (Linux). Install it where it is
+# missing and this machine can (root with apt-get); otherwise say how, once.
+if [ "$(uname -s)" = Linux ] && ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+      || echo "setup: could not install bubblewrap; grading will refuse to run without it" >&2
+  else
+    echo "setup: the grader needs bubblewrap: sudo apt-get install bubblewrap (or your distribution's package)" >&2
+  fi
+fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$VPY" -m pip install -e ".[lab,grade,test]"
   touch "$stamp"
