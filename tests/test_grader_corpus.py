@@ -316,12 +316,12 @@ def test_names_and_collect_edge_cases(tmp_path):
 
 def test_notebook_time_limit_stops_the_run(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("import time\nfor _ in range(100):\n    time.sleep(0.1)"),
+        nbformat.v4.new_code_cell("import time\nfor _ in range(30):\n    time.sleep(0.1)"),
         nbformat.v4.new_code_cell("time.sleep(60)"),
         nbformat.v4.new_code_cell("print('never')")])
     start = time.perf_counter()
-    executed, report = run_submission(nb, tmp_path, GradingOptions(cell_timeout=90, notebook_timeout=8))
-    assert "ran past its 8 s limit" in report["review"][0]
+    executed, report = run_submission(nb, tmp_path, GradingOptions(cell_timeout=90, notebook_timeout=12))
+    assert "ran past its 12 s limit" in report["review"][0]
     assert "notebook reached its time limit" in str(executed.cells[1].outputs)
     assert executed.cells[2].outputs == []
     assert time.perf_counter() - start < 30
