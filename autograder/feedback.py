@@ -3,8 +3,7 @@ import re
 
 import nh3
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
-from nbconvert.preprocessors import Preprocessor
-from nbgrader.preprocessors import ClearHiddenTests
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
 __all__ = ["HideHiddenTests", "SanitizeFeedback", "clean_html"]
 
@@ -99,7 +98,7 @@ def _clean_metadata(meta: dict) -> dict:
     return out
 
 
-class SanitizeFeedback(Preprocessor):
+class SanitizeFeedback(NbGraderPreprocessor):   # enabled by default, as nbgrader's own
     """Make a student's notebook safe to open as an HTML page: no script survives.
 
     Instructors open feedback pages, and a student writes their markdown cells and, through

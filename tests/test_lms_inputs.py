@@ -16,7 +16,6 @@ import os
 import re
 import zipfile
 from html.parser import HTMLParser
-from importlib import import_module
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -117,10 +116,9 @@ def _exporter():
     c.HTMLExporter.extra_template_basedirs = [str(fg / "templates")]
     c.HTMLExporter.extra_template_paths = [str(fg / "static/node_modules/bootstrap/dist/css")]
     ex = HTMLExporter(config=c)
-    for dotted in FEEDBACK_PREPROCESSORS:
+    for dotted in FEEDBACK_PREPROCESSORS:   # registered as nbgrader's converters do
         if not dotted.endswith("GetGrades"):
-            module, name = dotted.rsplit(".", 1)
-            ex.register_preprocessor(getattr(import_module(module), name)(), enabled=True)
+            ex.register_preprocessor(dotted)
     return ex
 
 
@@ -626,3 +624,178 @@ def test_long_and_odd_names_inside_a_zip_keep_the_original_id(tmp_path, good):
     subs = by_student(collect(zpath, [ASSIGNMENT], tmp_path / "u", NAMES))
     assert sorted(subs) == sorted(s.strip() for s in ids) and long_id in subs
     assert all(s.notebooks and not s.problem for s in subs.values())
+
+
+# ------------------------------------------------------------- graded end to end (slow)
+
+WRONG_ADD = "def add(a, b):\n    return a - b"
+READS_DATA = ("DATA = open('numbers.txt').read().split()\n"
+              "def add(a, b):\n    return a + b if DATA == ['1', '2', '3'] else None")
+XSS_CELL = ("from IPython.display import HTML, Markdown, Javascript, display\n"
+            "display(HTML('<img src=x onerror=alert(41)><b>bold</b><script>alert(42)</script>'))\n"
+            "display(Markdown('[x](javascript:alert(43))'))\n"
+            "display(Javascript('alert(44)'))\n"
+            "import io\nimport matplotlib.pyplot as plt\nfrom IPython.display import Image\n"
+            "plt.plot([0, 1], [1, 0])\nbuf = io.BytesIO()\nplt.savefig(buf, format='png')\n"
+            "display(Image(buf.getvalue()))   # the grader runs matplotlib with Agg\n"
+            "print('<script>alert(45)</script>')")
+# ids as folder names in a zip ('/' would make a folder), and what each must score
+ZIP_IDS = [s for s in ODD_IDS if "/" not in s] + ['=HYPERLINK("evil.example","y")']
+
+
+def lesson_of(course):
+    return nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+
+
+def nb_bytes(nb) -> bytes:
+    return nbformat.writes(nb).encode()
+
+
+def xss_notebook(course):
+    nb = student_notebook(lesson_of(course), ANSWERS)
+    nb.cells[1:1] = [new_markdown_cell(v) for v in MARKDOWN_VECTORS] + [new_code_cell(XSS_CELL)]
+    return nb
+
+
+def read_grades(out: Path) -> list:
+    with open(out / "grades.csv", newline="") as f:
+        return list(csv.reader(f))
+
+
+@pytest.fixture(scope="module")
+def hostile_zip_batch(course, good, tmp_path_factory):
+    """One LMS-style zip holding every kind that needs a kernel or a whole batch, graded once."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    data_nb = nb_bytes(student_notebook(lesson_of(course), {**ANSWERS, "add": READS_DATA}))
+    w = f"course_2026"
+    entries = {f"{w}/ok_correct/{ASSIGNMENT}/{NOTEBOOK}": good}
+    entries.update({f"{w}/{s}/{ASSIGNMENT}/{NOTEBOOK}": good for s in ZIP_IDS})
+    entries.update({
+        f"{w}/xss/{ASSIGNMENT}/{NOTEBOOK}": nb_bytes(xss_notebook(course)),
+        f"{w}/corrupt_nb/{ASSIGNMENT}/{NOTEBOOK}": good,
+        f"{w}/corrupt_data/{ASSIGNMENT}/{NOTEBOOK}": good,
+        f"{w}/corrupt_data/{ASSIGNMENT}/table.csv": b"a,b\n" * 1000,
+        f"{w}/zip_link/{ASSIGNMENT}/{NOTEBOOK}": ("link", "../../../solutions/toy/toy.ipynb"),
+        f"{w}/json_list/{ASSIGNMENT}/{NOTEBOOK}": b"[1, 2, 3]",
+        f"{w}/data_reader/{ASSIGNMENT}/{NOTEBOOK}": data_nb,
+        f"{w}/data_reader/{ASSIGNMENT}/numbers.txt": b"1 2 3",
+        f"{w}/bomb_data/{ASSIGNMENT}/{NOTEBOOK}": good,
+    })
+    zpath = write_zip(tmp / "class.zip", entries)
+    with zipfile.ZipFile(zpath, "a", zipfile.ZIP_DEFLATED) as zf:
+        _zeros_entry(zf, f"{w}/bomb_nb/{ASSIGNMENT}/{NOTEBOOK}", 30)   # over --max-size 20 MiB
+        _zeros_entry(zf, f"{w}/bomb_data/{ASSIGNMENT}/zeros.bin", DATA_FILE_BYTES // 2**20 + 5)
+    corrupt_entry(zpath, f"{w}/corrupt_nb/{ASSIGNMENT}/{NOTEBOOK}")
+    corrupt_entry(zpath, f"{w}/corrupt_data/{ASSIGNMENT}/table.csv")
+    out = tmp / "out"
+    results = grade_class(course, zpath, out, timeout=30, progress=False, jobs=2)
+    return {r.student: r for r in results}, out, zpath
+
+
+@pytest.mark.slow
+def test_every_odd_id_grades_and_nothing_else_is_affected(hostile_zip_batch):
+    results, out, _ = hostile_zip_batch
+    graded = ["ok_correct", "xss", "corrupt_data", "data_reader", "bomb_data"] + ZIP_IDS
+    expected = {s.strip() for s in graded} | {"corrupt_nb", "zip_link", "json_list", "bomb_nb"}
+    assert set(results) == expected
+    wrong = [(s, r.score, r.status) for s, r in results.items()
+             if s in {g.strip() for g in graded} and (r.score != 6 or r.status != "graded")]
+    assert not wrong, wrong
+    w = f"course_2026"
+    assert results["corrupt_nb"].status.startswith(
+        f"rejected: zip entry '{w}/corrupt_nb/{ASSIGNMENT}/{NOTEBOOK}' is corrupt in the zip")
+    assert results["corrupt_data"].notes[0].startswith(
+        f"dropped '{w}/corrupt_data/{ASSIGNMENT}/table.csv': is corrupt")
+    assert results["zip_link"].status == f"rejected: '{w}/zip_link/{ASSIGNMENT}/{NOTEBOOK}' {LINK}"
+    assert results["json_list"].status.startswith(
+        "rejected: 'toy.ipynb': valid JSON but not a Jupyter notebook: the file holds a list")
+    assert results["bomb_nb"].status.startswith(f"rejected: zip entry '{w}/bomb_nb/{ASSIGNMENT}/"
+                                                f"{NOTEBOOK}' expands to 30 MiB, over the 20 MiB")
+    assert "zeros.bin': expands to" in results["bomb_data"].notes[0]
+    assert all(r.max_score == 6 for r in results.values())
+
+
+@pytest.mark.slow
+def test_grades_csv_of_the_batch_has_no_formula_and_every_id(hostile_zip_batch):
+    results, out, _ = hostile_zip_batch
+    rows = read_grades(out)
+    assert not [c for row in rows for c in row if evaluated(c)]
+    shown = [c[1:] if c.startswith("'") and evaluated(c[1:]) else c for c in (r[0] for r in rows[1:])]
+    assert sorted(shown) == sorted(results)
+
+
+@pytest.mark.slow
+def test_feedback_folders_use_the_students_own_ids(hostile_zip_batch):
+    results, out, _ = hostile_zip_batch
+    folders = {p.name for p in (out / "feedback").iterdir()}
+    with_feedback = {s for s, r in results.items() if r.status == "graded"}
+    assert folders == {folder_name(s) for s in with_feedback}, "no internal id is left behind"
+    for s in with_feedback:
+        page = out / "feedback" / folder_name(s) / ASSIGNMENT / "toy.html"
+        assert page.is_file() and results[s].feedback == [str(page)], s
+    assert (out / "feedback" / "Smith, J [12345]" / ASSIGNMENT / "toy.html").is_file()
+    assert (out / "feedback" / "li[1]" / ASSIGNMENT / "toy.html").is_file()
+
+
+@pytest.mark.slow
+def test_feedback_of_a_hostile_notebook_runs_no_script(hostile_zip_batch):
+    _, out, _ = hostile_zip_batch
+    page = (out / "feedback" / "xss" / ASSIGNMENT / "toy.html").read_text()
+    baseline = parse(render(new_notebook(cells=[new_markdown_cell("plain")])))
+    assert not unsafe(page, baseline)
+    got = parse(page)
+    pngs = [dict(a)["src"] for t, a in got.elements if t == "img"
+            and dict(a).get("src", "").startswith("data:image/png;base64,")]
+    assert pngs, "the matplotlib plot is still shown"
+    assert "<b>bold</b>" in page and "<script>alert(45)</script>" in html.unescape(page)
+    autograded = out / "work" / "autograded" / "xss" / ASSIGNMENT / NOTEBOOK
+    assert "onerror=alert(41)" in autograded.read_text(), "the vectors did reach the grader"
+
+
+@pytest.mark.slow
+def test_rerun_of_the_batch_reuses_every_result(hostile_zip_batch, course):
+    results, out, zpath = hostile_zip_batch
+    before = (out / "grades.csv").read_text()
+    again = grade_class(course, zpath, out, timeout=30, progress=False, jobs=2)
+    assert all(r.reused for r in again) and len(again) == len(results)
+    assert (out / "grades.csv").read_text() == before
+
+
+@pytest.mark.slow
+def test_links_in_a_class_folder_are_refused_while_the_rest_grades(course, good, tmp_path):
+    cls = tmp_path / "cls"
+    for s in ("ann", "big_data"):
+        (cls / s / ASSIGNMENT).mkdir(parents=True)
+        (cls / s / ASSIGNMENT / NOTEBOOK).write_bytes(good)
+    with open(cls / "big_data" / ASSIGNMENT / "big.bin", "wb") as f:
+        f.truncate(DATA_FILE_BYTES + 10**6)
+    (cls / "bob" / ASSIGNMENT).mkdir(parents=True)       # bob's notebook is the solution itself
+    (cls / "bob" / ASSIGNMENT / NOTEBOOK).symlink_to(course / "solutions" / ASSIGNMENT / NOTEBOOK)
+    (cls / "cat").mkdir()
+    (cls / "cat" / ASSIGNMENT).symlink_to(course / "solutions" / ASSIGNMENT)
+    results = {r.student: r for r in grade_class(course, cls, tmp_path / "out", timeout=30,
+                                                 progress=False, jobs=2)}
+    assert (results["ann"].score, results["ann"].status) == (6, "graded")
+    assert (results["big_data"].score, results["big_data"].status) == (6, "graded")
+    assert "dropped 'big.bin'" in results["big_data"].notes[0]
+    for s, rel in (("bob", f"bob/{ASSIGNMENT}/{NOTEBOOK}"), ("cat", f"cat/{ASSIGNMENT}")):
+        assert results[s].status == f"rejected: '{rel}' {LINK}" and results[s].score == 0
+
+
+@pytest.mark.slow
+def test_a_canvas_export_grades(course, good, tmp_path):
+    blank = nb_bytes(lesson_of(course))
+    zpath = write_zip(tmp_path / "submissions.zip", {
+        f"smithann_12345_67890_{NOTEBOOK}": good,
+        f"doejohn_LATE_222_333_{NOTEBOOK}": blank,
+        "leeamy_late_9_10_Copy of toy.ipynb": ((2026, 3, 1, 9, 0, 0), blank),
+        "leeamy_late_9_11_toy-1.ipynb": ((2026, 3, 1, 10, 0, 0), good),
+    })
+    out = tmp_path / "out"
+    results = {r.student: r for r in grade_class(course, zpath, out, timeout=30, progress=False,
+                                                 jobs=2)}
+    assert {s: (r.score, r.status) for s, r in results.items()} == {
+        "smithann_12345": (6, "graded"), "doejohn_222": (0, "graded"), "leeamy_9": (6, "graded")}
+    assert results["doejohn_222"].notes == ["marked late by Canvas"]
+    assert "graded the latest, 'toy-1.ipynb'" in " ".join(results["leeamy_9"].notes)
+    assert (out / "feedback" / "smithann_12345" / ASSIGNMENT / "toy.html").is_file()
