@@ -1,6 +1,6 @@
 """The grader against a class that attacks it (tests/corpus), a kill mid-batch, PostgreSQL.
 
-The corpus (tests/corpus/build_corpus.py: 32 toy kinds + 3 on lesson 01) is zipped inside two
+The corpus (tests/corpus/build_corpus.py: 35 toy kinds + 3 on lesson 01) is zipped inside two
 wrapping folders as an LMS exports it and graded once with one command, at -j 2.
 """
 import csv
@@ -125,7 +125,8 @@ def test_rerun_is_idempotent_and_force_regrades_one(graded_corpus, tmp_path):
     journal = {p: p.read_text() for p in (out / "results").rglob("*.json")}
     proc = cli(*args, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "0 submissions graded" in proc.stdout and "35 unchanged" in proc.stdout
+    kinds = len(corpus.CASES) + len(corpus.L01_CASES)
+    assert "0 submissions graded" in proc.stdout and f"{kinds} unchanged" in proc.stdout
     assert (out / "grades.csv").read_text() == before
     assert {p: p.read_text() for p in (out / "results").rglob("*.json")} == journal
 
