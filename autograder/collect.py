@@ -176,7 +176,8 @@ def _unzip(source: Path, dest: Path, max_bytes: int) -> _Tree:
     dest.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(source) as zf:
         for info in zf.infolist():
-            parts = [p for p in info.filename.replace("\\", "/").split("/") if p not in ("", ".", "..")]
+            parts = [p for p in info.filename.replace("\\", "/").split("/")
+                     if p not in ("", ".", "..")]
             if not parts:
                 continue
             target = dest
@@ -201,8 +202,9 @@ def _unzip(source: Path, dest: Path, max_bytes: int) -> _Tree:
             elif info.file_size > cap:
                 reason = f"expands to {_mib(info.file_size)}, over the {_mib(cap)} limit for {what}"
             elif total + info.file_size > limit:
-                reason = (f"not unpacked: the zip would expand past {_mib(limit)} in all ({ZIP_RATIO} "
-                          f"times its size, at least {ZIP_FLOOR} x --max-size); is it a zip bomb?")
+                reason = (f"not unpacked: the zip would expand past {_mib(limit)} in all "
+                          f"({ZIP_RATIO} times its size, at least {ZIP_FLOOR} x --max-size); "
+                          "is it a zip bomb?")
             else:
                 try:
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -280,7 +282,8 @@ def _unknown_layout(tree, shown: str, assignments) -> str:
     def some(names):
         return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     found = " and ".join(filter(None, [files and f"{len(files)} file(s): {some(files)}",
-                                       dirs and f"{len(dirs)} folder(s): {some(dirs)}"])) or "nothing"
+                                       dirs and f"{len(dirs)} folder(s): {some(dirs)}"]))
+    found = found or "nothing"
     return (f"No submissions found in {shown}: found {found}{where}, and no notebook of the "
             f"assignments {sorted(assignments)} in a layout this grader reads. Layouts "
             f"understood:\n{lms.describe_layouts()}")
@@ -327,7 +330,7 @@ def _from_folders(tree, root: Path, assignments, by_name: dict) -> list:
     return list(found.values())
 
 
-def _from_lms(tree, root: Path, layout: str, files: list, assignments, by_name: dict) -> list:
+def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list:
     """Submissions from an LMS export: the student from each file name, the assignment from
     the notebook's name (or the one assignment the export's other notebooks belong to)."""
     paths = {tree.rel(p, root): p for p in tree.files(root, True)}
@@ -415,7 +418,8 @@ def _settle(tree, subs: list, root: Path) -> list:
             size = p.lstat().st_size
             if size > DATA_FILE_BYTES:
                 sub.notes.append(f"dropped '{name}' ({size / 1e6:.0f} MB): over nbgrader's "
-                                 f"{DATA_FILE_BYTES / 1e6:.0f} MB limit for a file beside the notebook")
+                                 f"{DATA_FILE_BYTES / 1e6:.0f} MB limit for a file beside the "
+                                 "notebook")
             elif total + size > DATA_DIR_BYTES:
                 sub.notes.append(f"dropped '{name}' ({size / 1e6:.0f} MB): the files beside the "
                                  f"notebook pass nbgrader's {DATA_DIR_BYTES / 1e6:.0f} MB limit")
@@ -458,7 +462,7 @@ def collect(source, assignments, unpack_dir: Path, notebook_names=None,
     if layout == "folder":
         subs = _from_folders(tree, root, assignments, by_name)
     else:
-        subs = _from_lms(tree, root, layout, files, assignments, by_name)
+        subs = _from_lms(tree, root, files, assignments, by_name)
     subs = _settle(tree, subs, root)
     for sub in subs:
         if sub.problem:

@@ -1,4 +1,4 @@
-"""Feedback pages: no hidden tests, no student script (nbgrader preprocessors for generate_feedback)."""
+"""Feedback pages without hidden tests or student scripts: preprocessors for generate_feedback."""
 import re
 
 import nh3

@@ -1,4 +1,4 @@
-"""Student ids as an LMS writes them, and the safe forms nbgrader, file systems and spreadsheets need.
+"""Student ids as an LMS writes them, and the forms nbgrader, file systems and spreadsheets need.
 
 An LMS id can hold anything a person's name or a login can: brackets, ``*`` and ``?``, commas,
 quotes, accents, newlines, hundreds of characters. nbgrader reads its folder names as globs and

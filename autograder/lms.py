@@ -19,7 +19,6 @@ Formats as documented by each LMS and as seen in their exports; an institution's
 (anonymous grading, group submissions) may differ and is then reported as an unknown layout.
 """
 import logging
-import re
 from dataclasses import dataclass
 from datetime import datetime
 

@@ -11,8 +11,6 @@ import csv
 import glob
 import html
 import io
-import json
-import os
 import re
 import zipfile
 from html.parser import HTMLParser
@@ -565,7 +563,7 @@ def test_canvas_export(tmp_path, good):
 def test_moodle_exports_in_folders_and_flat(tmp_path, good):
     zpath = write_zip(tmp_path / "moodle.zip", {
         f"Ann Smith_1001_assignsubmission_file_/{NOTEBOOK}": good,
-        f"Ann Smith_1001_assignsubmission_file_/data/n.txt": b"1",
+        "Ann Smith_1001_assignsubmission_file_/data/n.txt": b"1",
         "Ann Smith_1001_assignsubmission_onlinetext_/onlinetext.html": b"<p>hi</p>",
         f"José Núñez_1002_assignsubmission_file_/Copy of {NOTEBOOK}": good,
     })
@@ -667,7 +665,7 @@ def hostile_zip_batch(course, good, tmp_path_factory):
     """One LMS-style zip holding every kind that needs a kernel or a whole batch, graded once."""
     tmp = tmp_path_factory.mktemp("hostile")
     data_nb = nb_bytes(student_notebook(lesson_of(course), {**ANSWERS, "add": READS_DATA}))
-    w = f"course_2026"
+    w = "course_2026"
     entries = {f"{w}/ok_correct/{ASSIGNMENT}/{NOTEBOOK}": good}
     entries.update({f"{w}/{s}/{ASSIGNMENT}/{NOTEBOOK}": good for s in ZIP_IDS})
     entries.update({
@@ -701,7 +699,7 @@ def test_every_odd_id_grades_and_nothing_else_is_affected(hostile_zip_batch):
     wrong = [(s, r.score, r.status) for s, r in results.items()
              if s in {g.strip() for g in graded} and (r.score != 6 or r.status != "graded")]
     assert not wrong, wrong
-    w = f"course_2026"
+    w = "course_2026"
     assert results["corrupt_nb"].status.startswith(
         f"rejected: zip entry '{w}/corrupt_nb/{ASSIGNMENT}/{NOTEBOOK}' is corrupt in the zip")
     assert results["corrupt_data"].notes[0].startswith(
