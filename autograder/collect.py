@@ -1,23 +1,53 @@
-"""Find the submissions in a class folder or an LMS zip: <student>/<assignment>/*.ipynb.
+"""Find the submissions in a class folder or an LMS zip, without following anything a student aims.
 
-LMS exports are untidy, so this also accepts: the class wrapped in up to three single folders;
-notebooks nested deeper inside ``<student>/<assignment>/`` (e.g. ``attempt_2/``); an
-``<assignment>/`` folder inside one extra folder; notebooks loose in the student folder named
-after an assignment's notebook; and one student id under two spellings of case (merged). A
-student folder with no notebook at all is reported, not dropped.
+Layouts read (the first that holds a notebook wins, looked for at the top and inside up to
+three single wrapping folders):
+
+- a folder per student, ``<student>/<assignment>/*.ipynb``, tolerating what exports do:
+  notebooks nested deeper (``attempt_2/``), an ``<assignment>/`` folder inside one extra
+  folder, notebooks loose in the student folder named after an assignment's notebook, one
+  student id under two spellings of case (merged);
+- the "download all submissions" zips of Canvas, Moodle and Blackboard, whose file names say
+  whose each file is (autograder.lms reads them with nbgrader's FileNameCollectorPlugin).
+
+What a student (or a broken upload) can put in an archive costs only that student, and only
+what is wrong: a symbolic link is never followed and rejects the submission that holds it; a
+zip is unpacked entry by entry, and an entry that is corrupt (bad CRC), encrypted, larger than
+its limit (a notebook: the ``max_bytes`` size limit; another file: nbgrader's file limit) or
+past the whole zip's limit (zip bombs) is not written (or deleted at once) and named in that
+student's status. Files beside a notebook are carried to the grader up to nbgrader's limits
+(``CourseDirectory.max_file_size``, ``max_dir_size``); larger ones are dropped with a note.
+A student folder with no notebook at all is reported, not dropped.
 """
+import hashlib
 import os
+import stat
 import time
 import zipfile
+import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbgrader.coursedir import CourseDirectory
+
+from . import lms
 from .repair import normalise_name
 
-__all__ = ["Submission", "collect", "choose_notebook", "IGNORED_NAMES", "MAX_ZIP_BYTES"]
+__all__ = ["Submission", "collect", "choose_notebook", "IGNORED_NAMES", "DATA_FILE_BYTES",
+           "DATA_DIR_BYTES", "ZIP_RATIO", "ZIP_FLOOR", "LINK"]
 
 IGNORED_NAMES = {"__MACOSX", ".ipynb_checkpoints", "__pycache__"}
-MAX_ZIP_BYTES = 4 * 2**30     # refuse zips that unpack to more than this (zip bombs)
+# nbgrader's own limits for files copied beside a notebook (kilobytes in its config).
+DATA_FILE_BYTES = CourseDirectory.class_traits()["max_file_size"].default_value * 1000
+DATA_DIR_BYTES = CourseDirectory.class_traits()["max_dir_size"].default_value * 1000
+# A zip may expand to ZIP_RATIO times its own size in all, and always to ZIP_FLOOR notebooks
+# of the size limit: a class of notebooks compresses 2-10 times, a zip bomb a thousand times.
+ZIP_RATIO = 50
+ZIP_FLOOR = 4
+DEFAULT_MAX_BYTES = 20 * 2**20
+LINK = "is a symbolic link; links are never followed (submit the file itself)"
+NAME_MAX = 255       # bytes in one file name on common file systems
 
 
 @dataclass
@@ -29,63 +59,388 @@ class Submission:
     problem: str = ""          # why it cannot be graded; empty when it can
     notes: list = field(default_factory=list)
     other_files: list = field(default_factory=list)   # non-notebook files, by name
+    data_files: list = field(default_factory=list)    # (name beside the notebook, path) to carry
+    names: dict = field(default_factory=dict)  # path -> file name as submitted (LMS, long names)
+    times: dict = field(default_factory=dict)  # path -> upload time read from an LMS file name
+    home: Path = None          # the student's own folder, when the layout has one
 
 
-def _dirs(folder: Path) -> list:
-    return sorted(p for p in folder.iterdir()
-                  if p.is_dir() and p.name not in IGNORED_NAMES and not p.name.startswith("."))
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.3g} MiB"
 
 
-def _files(folder: Path, recursive: bool) -> list:
-    found = folder.rglob("*") if recursive else folder.iterdir()
-    return sorted(p for p in found if p.is_file() and not any(
-        part in IGNORED_NAMES or part.startswith(".") for part in p.relative_to(folder).parts))
+class _Tree:
+    """A folder of submissions listed without following links.
+
+    Entries refused while unpacking (not on disk) and links (on disk, never followed) are
+    listed as files so that each layout attributes them to a student; ``refused`` says why.
+    """
+
+    def __init__(self, base: Path, refused=None, aliases=None):
+        self.base = Path(base)
+        self.refused = dict(refused or {})    # path -> reason
+        self.aliases = dict(aliases or {})    # path -> its name in the zip (too long for disk)
+        self.links = set()
+        self._absent = {}
+        for p in self.refused:
+            self._absent.setdefault(p.parent, []).append(p)
+
+    def name(self, p: Path) -> str:
+        return self.aliases.get(p, p.name)
+
+    def rel(self, p: Path, start: Path = None) -> str:
+        """``p`` as named in the export, '/'-separated, from ``start`` (default: the top)."""
+        start = start or self.base
+        names, q = [], p
+        while q != start and q != q.parent:
+            names.append(self.name(q))
+            q = q.parent
+        return "/".join(reversed(names))
+
+    def _entries(self, folder: Path) -> list:
+        out = []
+        try:
+            scan = list(os.scandir(folder))
+        except OSError:
+            scan = []
+        for e in scan:
+            if e.name in IGNORED_NAMES or e.name.startswith("."):
+                continue
+            p = Path(e.path)
+            if e.is_symlink():
+                self.refused[p] = LINK
+                self.links.add(p)
+                out.append((p, False))
+            elif e.is_dir(follow_symlinks=False):
+                out.append((p, True))
+            elif e.is_file(follow_symlinks=False):
+                out.append((p, False))
+            else:   # a FIFO or a device would block or lie when read
+                self.refused[p] = "is not a regular file"
+                out.append((p, False))
+        out += [(p, False) for p in self._absent.get(folder, [])
+                if not os.path.lexists(p) and not p.name.startswith(".")
+                and p.name not in IGNORED_NAMES]
+        return sorted(out)
+
+    def dirs(self, folder: Path) -> list:
+        return [p for p, is_dir in self._entries(folder) if is_dir]
+
+    def files(self, folder: Path, recursive: bool) -> list:
+        out = []
+        for p, is_dir in self._entries(folder):
+            if not is_dir:
+                out.append(p)
+            elif recursive:
+                out += self.files(p, True)
+        return out
 
 
-def _looks_like_class(folder: Path, assignments) -> bool:
-    return any((s / a).is_dir() or any(f.suffix == ".ipynb" for f in _files(s, False))
-               for s in _dirs(folder) for a in assignments)
+class _TooLarge(Exception):
+    pass
 
 
-def _class_root(base: Path, assignments) -> Path:
-    """``base`` itself, or the folder inside up to three single wrapping folders."""
-    folder = base
-    for _ in range(4):
-        if _looks_like_class(folder, assignments) and any(
-                (s / a).is_dir() for s in _dirs(folder) for a in assignments):
-            return folder
-        subdirs = _dirs(folder)
-        if len(subdirs) != 1:
-            break
-        folder = subdirs[0]
-    if _looks_like_class(base, assignments):
-        return base
-    raise ValueError(
-        f"No submissions found in {base}: expected folders <student>/<assignment>/ with an "
-        f"assignment among {sorted(assignments)} (at the top or inside wrapping folders).")
+def _fit(part: str) -> str:
+    """A zip path component as a name this file system accepts (NUL, over 255 bytes)."""
+    clean = part.replace("\x00", "_")
+    if len(os.fsencode(clean)) <= NAME_MAX:
+        return clean
+    short = os.fsencode(clean)[:180].decode("utf-8", "ignore")
+    return f"{short}~{hashlib.sha256(part.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
-def _unzip(source: Path, dest: Path) -> Path:
+def _copy(zf, info, target: Path, cap: int) -> int:
+    """Stream one entry to ``target``; raises _TooLarge past ``cap`` bytes (whatever the header
+    says), or zipfile's errors for a corrupt entry. Returns the bytes written."""
+    written = 0
+    with zf.open(info) as src, open(target, "wb") as dst:
+        while True:
+            chunk = src.read(2**20)
+            if not chunk:
+                return written
+            written += len(chunk)
+            if written > cap:
+                raise _TooLarge(written)
+            dst.write(chunk)
+
+
+def _unzip(source: Path, dest: Path, max_bytes: int) -> _Tree:
+    """Unpack ``source`` into ``dest`` entry by entry; refused entries are named in the tree.
+
+    Per entry: a link, an encrypted or corrupt entry, or one larger than its cap (a notebook:
+    ``max_bytes``; any other file: DATA_FILE_BYTES) is not kept. In all: at most
+    max(ZIP_RATIO x the zip's size, ZIP_FLOOR x max_bytes); later entries are refused.
+    """
+    refused, aliases, total = {}, {}, 0
+    limit = max(ZIP_RATIO * source.stat().st_size, ZIP_FLOOR * max_bytes)
+    dest.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(source) as zf:
-        total = sum(i.file_size for i in zf.infolist())
-        if total > MAX_ZIP_BYTES:
-            raise ValueError(f"{source} unpacks to {total / 2**30:.1f} GiB, over the "
-                             f"{MAX_ZIP_BYTES / 2**30:.0f} GiB limit; is it the right file?")
         for info in zf.infolist():
-            path = Path(zf.extract(info, dest))   # extract drops absolute paths and '..'
-            stamp = time.mktime(info.date_time + (0, 0, -1))
-            os.utime(path, (stamp, stamp))   # keep the upload times: they pick the latest file
-    return dest
+            parts = [p for p in info.filename.replace("\\", "/").split("/")
+                     if p not in ("", ".", "..")]
+            if not parts:
+                continue
+            target = dest
+            for part in parts:
+                target = target / _fit(part)
+                if target.name != part:
+                    aliases[target] = part
+            if info.is_dir():
+                try:
+                    target.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    pass
+                continue
+            notebook = parts[-1].lower().endswith(".ipynb")
+            cap = max_bytes if notebook else DATA_FILE_BYTES
+            what = "a notebook (--max-size)" if notebook else "a file beside a notebook"
+            reason = ""
+            if stat.S_ISLNK(info.external_attr >> 16):
+                reason = LINK
+            elif info.flag_bits & 0x1:
+                reason = "is encrypted (password-protected); not unpacked"
+            elif info.file_size > cap:
+                reason = f"expands to {_mib(info.file_size)}, over the {_mib(cap)} limit for {what}"
+            elif total + info.file_size > limit:
+                reason = (f"not unpacked: the zip would expand past {_mib(limit)} in all "
+                          f"({ZIP_RATIO} times its size, at least {ZIP_FLOOR} x --max-size); "
+                          "is it a zip bomb?")
+            else:
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    total += _copy(zf, info, target, min(cap, limit - total))
+                except _TooLarge as exc:
+                    reason = (f"expands past {_mib(exc.args[0] - 1)}, over its limit ({_mib(cap)} "
+                              f"for {what}, {_mib(limit)} for the whole zip); is it a zip bomb?")
+                except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError,
+                        RuntimeError) as exc:
+                    reason = f"is corrupt in the zip ({str(exc)[:100]}); not unpacked"
+                except (OSError, ValueError) as exc:
+                    reason = f"cannot be unpacked ({getattr(exc, 'strerror', None) or exc})"
+                else:
+                    try:   # keep the upload times: they pick the latest of several files
+                        stamp = time.mktime(info.date_time + (0, 0, -1))
+                        os.utime(target, (stamp, stamp))
+                    except (OverflowError, ValueError, OSError):
+                        pass
+            if reason:
+                if target.is_file() and not target.is_symlink():
+                    target.unlink()     # nothing of a refused entry stays on disk
+                refused[target] = reason
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)   # its student still shows
+                except OSError:
+                    pass
+    tree = _Tree(dest, refused, aliases)
+    tree.links = {p for p, r in refused.items() if r == LINK}
+    return tree
 
 
-def collect(source, assignments, unpack_dir: Path, notebook_names=None) -> list:
+def _is_notebook(name: str) -> bool:
+    return name.lower().endswith(".ipynb")
+
+
+def _looks_like_class(tree, folder: Path, assignments, by_name: dict, strict: bool) -> bool:
+    """Student folders holding an <assignment>/ folder (strict), or a lesson's notebook loose."""
+    for s in tree.dirs(folder):
+        if any(tree.name(d) in assignments for d in tree.dirs(s)):
+            return True
+        if not strict and any(normalise_name(tree.name(f)) in by_name
+                              for f in tree.files(s, False) if _is_notebook(tree.name(f))):
+            return True
+    return False
+
+
+def _find_root(tree, assignments, by_name: dict) -> tuple:
+    """(folder, layout, LMS files or None): the class inside up to three wrapping folders."""
+    for strict in (True, False):
+        folder = tree.base
+        for _ in range(4):
+            if strict:
+                layout, files, _ = lms.match_layout(
+                    tree.rel(p, folder) for p in tree.files(folder, True))
+                if layout:
+                    return folder, layout, files
+            if _looks_like_class(tree, folder, assignments, by_name, strict):
+                return folder, "folder", None
+            subdirs = tree.dirs(folder)
+            if len(subdirs) != 1:
+                break
+            folder = subdirs[0]
+    return None, None, None
+
+
+def _unknown_layout(tree, shown: str, assignments) -> str:
+    folder, inside = tree.base, []
+    while len(tree.dirs(folder)) == 1 and not tree.files(folder, False) and len(inside) < 3:
+        folder = tree.dirs(folder)[0]
+        inside.append(tree.name(folder))
+    files = [tree.name(p) for p in tree.files(folder, False)]
+    dirs = [tree.name(p) + "/" for p in tree.dirs(folder)]
+    where = f" (inside '{'/'.join(inside)}/')" if inside else ""
+
+    def some(names):
+        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    found = " and ".join(filter(None, [files and f"{len(files)} file(s): {some(files)}",
+                                       dirs and f"{len(dirs)} folder(s): {some(dirs)}"]))
+    found = found or "nothing"
+    return (f"No submissions found in {shown}: found {found}{where}, and no notebook of the "
+            f"assignments {sorted(assignments)} in a layout this grader reads. Layouts "
+            f"understood:\n{lms.describe_layouts()}")
+
+
+def _from_folders(tree, root: Path, assignments, by_name: dict) -> list:
+    found = {}
+    for student_dir in tree.dirs(root):
+        student = tree.name(student_dir).strip()
+        key = student.lower()
+        folders = []     # (path, assignment, note, is a folder)
+        for d in tree.dirs(student_dir):
+            inner = [dd for dd in tree.dirs(d) if tree.name(dd) in assignments]
+            if tree.name(d) in assignments or not inner:
+                folders.append((d, tree.name(d), "", True))
+            else:   # <student>/<wrapper>/<assignment>/
+                folders += [(dd, tree.name(dd), f"notebook found inside '{tree.name(d)}/'", True)
+                            for dd in inner]
+        for f in tree.files(student_dir, False):
+            a = by_name.get(normalise_name(tree.name(f))) if _is_notebook(tree.name(f)) else None
+            if a:
+                folders.append((f, a, "notebook was not in an <assignment>/ folder", False))
+        for path, a, where, is_dir in folders:
+            files = tree.files(path, True) if is_dir else [path]
+            notebooks = [f for f in files if _is_notebook(tree.name(f))]
+            sub = found.get((key, a))
+            if sub is None:
+                sub = found[(key, a)] = Submission(student, a, [], home=student_dir)
+            elif sub.student != student and notebooks:
+                sub.notes.append(f"student '{student}' and '{sub.student}' merged (same id)")
+            sub.notebooks += notebooks
+            sub.names.update({f: tree.name(f) for f in notebooks})
+            for f in files:
+                if f not in notebooks:
+                    sub.other_files.append(tree.name(f))
+                    sub.data_files.append((tree.rel(f, path), f))
+            if where and notebooks:
+                sub.notes.append(where)
+        if not folders:
+            others = [tree.name(f) for f in tree.files(student_dir, True)]
+            found[(key, "?")] = Submission(student, "?", [], home=student_dir, problem=(
+                "no <assignment>/ folder inside the student folder"
+                + (f" (found: {', '.join(others[:3])})" if others else "")))
+    return list(found.values())
+
+
+def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list:
+    """Submissions from an LMS export: the student from each file name, the assignment from
+    the notebook's name (or the one assignment the export's other notebooks belong to)."""
+    paths = {tree.rel(p, root): p for p in tree.files(root, True)}
+
+    def base(f):
+        return f.file_id.rsplit("/", 1)[-1]
+    known = Counter(by_name.get(normalise_name(base(f))) for f in files if _is_notebook(base(f)))
+    known.pop(None, None)
+    default = (next(iter(known)) if len(known) == 1
+               else assignments[0] if len(assignments) == 1 and not known else None)
+    found, by_student = {}, {}
+    for f in files:
+        by_student.setdefault(f.student, []).append(f)
+    for student, mine in by_student.items():
+        ours = {by_name.get(normalise_name(base(f))) or default
+                for f in mine if _is_notebook(base(f))} - {None}
+        for f in sorted(mine, key=lambda f: f.rel):
+            path = paths.get(f.rel)
+            if path is None:
+                continue
+            if _is_notebook(base(f)):
+                a = by_name.get(normalise_name(base(f))) or default or "?"
+            else:
+                a = next(iter(ours)) if len(ours) == 1 else default or "?"
+            inside = path.relative_to(root).parts
+            home = root / inside[0] if len(inside) > 1 else None
+            sub = found.get((student, a))
+            if sub is None:
+                sub = found[(student, a)] = Submission(student, a, [], home=home)
+            if _is_notebook(base(f)):
+                sub.notebooks.append(path)
+                sub.names[path] = base(f)
+                if a == "?":
+                    sub.problem = (f"notebook '{base(f)}' is none of the lessons' notebooks "
+                                   f"({', '.join(sorted(by_name))})")
+            else:
+                sub.other_files.append(base(f))
+                sub.data_files.append((f.file_id, path))
+            if f.time is not None:
+                sub.times[path] = f.time
+            if f.late and "marked late by Canvas" not in sub.notes:
+                sub.notes.append("marked late by Canvas")
+    return list(found.values())
+
+
+def _settle(tree, subs: list, root: Path) -> list:
+    """Apply what was refused (links, bad zip entries) and nbgrader's limits for data files."""
+    held = {p for s in subs for p in s.notebooks + [p for _, p in s.data_files]}
+    extra = {}
+    for p in tree.refused:   # refused, yet in no submission: a link or entry in a student folder
+        if p in held or root not in p.parents:
+            continue
+        parts = p.relative_to(root).parts
+        if len(parts) == 1 and p not in tree.links:   # a loose file at the top: no one's
+            continue
+        owners = [s for s in subs if s.home is not None and (s.home == p or s.home in p.parents)]
+        if not owners:
+            student = tree.name(root / parts[0]).strip()
+            owners = [extra.setdefault(student, Submission(student, "?", []))]
+        for s in owners:
+            s.other_files.append(tree.name(p))
+            s.data_files.append((tree.name(p), p))
+    subs = subs + list(extra.values())
+    for sub in subs:
+        links = [p for p in sub.notebooks + [p for _, p in sub.data_files] if p in tree.refused
+                 and tree.refused[p] == LINK]
+        if links:
+            sub.problem = "; ".join(f"'{tree.rel(p)}' {LINK}" for p in links[:3])
+            sub.notebooks = [p for p in sub.notebooks if p not in tree.refused]
+            sub.data_files = [(n, p) for n, p in sub.data_files if p not in tree.refused]
+            continue
+        bad = [p for p in sub.notebooks if p in tree.refused]
+        if bad:
+            sub.notebooks = [p for p in sub.notebooks if p not in tree.refused]
+            why = [f"zip entry '{tree.rel(p)}' {tree.refused[p]}" for p in bad]
+            if sub.notebooks:
+                sub.notes += why
+            elif not sub.problem:
+                sub.problem = "; ".join(why)
+        kept, total = [], 0
+        for name, p in sub.data_files:
+            if p in tree.refused:
+                sub.notes.append(f"dropped '{tree.rel(p)}': {tree.refused[p]}")
+                continue
+            size = p.lstat().st_size
+            if size > DATA_FILE_BYTES:
+                sub.notes.append(f"dropped '{name}' ({size / 1e6:.0f} MB): over nbgrader's "
+                                 f"{DATA_FILE_BYTES / 1e6:.0f} MB limit for a file beside the "
+                                 "notebook")
+            elif total + size > DATA_DIR_BYTES:
+                sub.notes.append(f"dropped '{name}' ({size / 1e6:.0f} MB): the files beside the "
+                                 f"notebook pass nbgrader's {DATA_DIR_BYTES / 1e6:.0f} MB limit")
+            else:
+                total += size
+                kept.append((name, p))
+        sub.data_files = kept
+    return subs
+
+
+def collect(source, assignments, unpack_dir: Path, notebook_names=None,
+            max_bytes: int = DEFAULT_MAX_BYTES) -> list:
     """Return the Submissions in ``source`` (a folder or a .zip) for the known ``assignments``.
 
-    ``notebook_names`` maps assignment -> its notebook file names (for loose notebooks). A zip
-    is unpacked into ``unpack_dir`` first. Folders of unknown assignments and students without
-    notebooks are returned with ``problem`` set so that they show up in the report. Raises
-    FileNotFoundError for a missing source and ValueError when it has no class layout or is not
-    a readable zip.
+    ``notebook_names`` maps assignment -> its notebook file names (for loose notebooks and LMS
+    exports). A zip is unpacked into ``unpack_dir`` first, each entry within its limits
+    (``max_bytes`` is the notebook size limit). Folders of unknown assignments, students
+    without notebooks and refused files are returned with ``problem`` set so that they show up
+    in the report. Raises FileNotFoundError for a missing source and ValueError when it is not
+    a readable zip or holds no layout this module reads (the message names ``source``, what
+    was found in it and the layouts understood).
     """
     source = Path(source)
     if not source.exists():
@@ -94,42 +449,22 @@ def collect(source, assignments, unpack_dir: Path, notebook_names=None) -> list:
     if source.is_file():
         if not zipfile.is_zipfile(source):
             raise ValueError(f"{source} is neither a folder nor a zip file.")
-        source = _unzip(source, Path(unpack_dir))
-    root = _class_root(source, assignments)
+        try:
+            tree = _unzip(source, Path(unpack_dir), max_bytes)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as exc:
+            raise ValueError(f"{source} is not a readable zip ({exc}).") from None
+    else:
+        tree = _Tree(source)
     by_name = {normalise_name(n): a for a, names in (notebook_names or {}).items() for n in names}
-    found = {}
-    for student_dir in _dirs(root):
-        student = student_dir.name.strip()
-        key = student.lower()
-        folders = []
-        for d in _dirs(student_dir):
-            inner = [dd for dd in _dirs(d) if dd.name in assignments]
-            if d.name in assignments or not inner:
-                folders.append((d, d.name, ""))
-            else:   # <student>/<wrapper>/<assignment>/
-                folders += [(dd, dd.name, f"notebook found inside '{d.name}/'") for dd in inner]
-        for f in _files(student_dir, False):
-            a = by_name.get(normalise_name(f.name)) if f.suffix.lower() == ".ipynb" else None
-            if a:
-                folders.append((f, a, "notebook was not in an <assignment>/ folder"))
-        for path, a, where in folders:
-            files = _files(path, True) if path.is_dir() else [path]
-            notebooks = [f for f in files if f.suffix.lower() == ".ipynb"]
-            sub = found.get((key, a))
-            if sub is None:
-                sub = found[(key, a)] = Submission(student, a, [])
-            elif sub.student != student and notebooks:
-                sub.notes.append(f"student '{student}' and '{sub.student}' merged (same id)")
-            sub.notebooks += notebooks
-            sub.other_files += [f.name for f in files if f.suffix.lower() != ".ipynb"]
-            if where and notebooks:
-                sub.notes.append(where)
-        if not folders:
-            others = [f.name for f in _files(student_dir, True)]
-            found[(key, "?")] = Submission(student, "?", [], problem=(
-                "no <assignment>/ folder inside the student folder"
-                + (f" (found: {', '.join(others[:3])})" if others else "")))
-    for sub in found.values():
+    root, layout, files = _find_root(tree, assignments, by_name)
+    if root is None:
+        raise ValueError(_unknown_layout(tree, str(source), assignments))
+    if layout == "folder":
+        subs = _from_folders(tree, root, assignments, by_name)
+    else:
+        subs = _from_lms(tree, root, files, assignments, by_name)
+    subs = _settle(tree, subs, root)
+    for sub in subs:
         if sub.problem:
             continue
         if sub.assignment not in assignments:
@@ -137,7 +472,7 @@ def collect(source, assignments, unpack_dir: Path, notebook_names=None) -> list:
         elif not sub.notebooks:
             sub.problem = "no .ipynb file in the submission folder" + (
                 f" (found: {', '.join(sorted(set(sub.other_files))[:3])})" if sub.other_files else "")
-    return list(found.values())
+    return subs
 
 
 def choose_notebook(sub: Submission, expected: str, only_one: bool, notes: list):
@@ -145,17 +480,21 @@ def choose_notebook(sub: Submission, expected: str, only_one: bool, notes: list)
 
     Candidates are the notebooks whose name normalises to ``expected`` ("Copy of x (1).ipynb"
     is x.ipynb), or every notebook when the assignment has only one. Of several, the latest by
-    modification time wins (then the name with the higher copy number).
+    upload time (from an LMS file name, else the modification time) wins, then the name with
+    the higher copy number.
     """
-    named = [p for p in sub.notebooks if normalise_name(p.name) == normalise_name(expected)]
+    def name(p):
+        return sub.names.get(p, p.name)
+    named = [p for p in sub.notebooks if normalise_name(name(p)) == normalise_name(expected)]
     candidates = named or (list(sub.notebooks) if only_one else [])
     if not candidates:
         return None
-    chosen = max(candidates, key=lambda p: (p.stat().st_mtime, len(p.name), p.name))
+    chosen = max(candidates, key=lambda p: (sub.times.get(p) or p.stat().st_mtime,
+                                            len(name(p)), name(p)))
     if len(candidates) > 1:
-        others = ", ".join(f"'{p.name}'" for p in candidates if p != chosen)
-        notes.append(f"{len(candidates)} submissions: graded the latest, '{chosen.name}'; "
-                         f"ignored {others}")
-    elif chosen.name != expected:
-        notes.append(f"renamed '{chosen.name}' to '{expected}'")
+        others = ", ".join(f"'{name(p)}'" for p in candidates if p != chosen)
+        notes.append(f"{len(candidates)} submissions: graded the latest, '{name(chosen)}'; "
+                     f"ignored {others}")
+    elif name(chosen) != expected:
+        notes.append(f"renamed '{name(chosen)}' to '{expected}'")
     return chosen

@@ -18,10 +18,12 @@ __all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_cour
 CELL_TIMEOUT_S = GradingOptions().cell_timeout
 
 # nbgrader's feedback shows the autograded notebook as it ran, hidden tests included (autograde
-# restores every test cell from the gradebook). HideHiddenTests removes them before rendering.
+# restores every test cell from the gradebook). HideHiddenTests removes them before rendering;
+# SanitizeFeedback removes what a student's markdown or outputs could run in the page.
 FEEDBACK_PREPROCESSORS = [
     "nbgrader.preprocessors.GetGrades",
     "autograder.feedback.HideHiddenTests",
+    "autograder.feedback.SanitizeFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

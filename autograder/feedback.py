@@ -1,7 +1,11 @@
-"""Feedback without hidden tests: an nbgrader preprocessor run by generate_feedback."""
-from nbgrader.preprocessors import ClearHiddenTests
+"""Feedback pages without hidden tests or student scripts: preprocessors for generate_feedback."""
+import re
 
-__all__ = ["HideHiddenTests"]
+import nh3
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
+
+__all__ = ["HideHiddenTests", "SanitizeFeedback", "clean_html"]
 
 NOTE = "(traceback not shown: this test cell holds hidden tests)"
 
@@ -24,3 +28,121 @@ class HideHiddenTests(ClearHiddenTests):
                 if output.output_type == "error":
                     output.traceback = [f"{output.ename}: {output.evalue}", NOTE]
         return cell, resources
+
+
+# Tags a lesson's markdown and a library's HTML output use; attributes on top of nh3's defaults.
+_TAGS = nh3.ALLOWED_TAGS | {"tfoot"}
+_ATTRIBUTES = {**{t: set(a) for t, a in nh3.ALLOWED_ATTRIBUTES.items()},
+               "*": {"class", "id", "title", "lang", "dir"}}
+_URL_SCHEMES = nh3.ALLOWED_URL_SCHEMES | {"data"}
+_DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*",
+                         re.IGNORECASE)
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+# MathJax typesets TeX found in the page's text; these macros make links, classes, styles and
+# ids out of it (\href{javascript:...}{x}). Each becomes \text, which shows its argument as text.
+_TEX_MACROS = re.compile(r"\\(href|url|class|cssId|style|unicode|require|data|html)(?![A-Za-z])")
+_KEPT_AS_IS = {"text/plain", "image/png", "image/jpeg", "image/svg+xml", "application/json"}
+
+
+def _url_filter(tag: str, attr: str, value: str):
+    """Keep a data: URL only as an image's source, and only for an image type."""
+    if attr in ("href", "src", "cite", "action") and value.strip().lower().startswith("data:"):
+        return value if tag == "img" and attr == "src" and _DATA_IMAGE.fullmatch(value.strip()) \
+            else None
+    return value
+
+
+def clean_html(html: str) -> str:
+    """``html`` with everything that could run code removed, by nh3 (the Ammonia sanitiser).
+
+    Kept: the tags and attributes of nh3's allow-list (headings, paragraphs, lists, tables,
+    code, links, images) plus ``class``/``id``/``title`` on any tag, and images given as
+    ``data:image/...;base64`` URLs. Removed: ``<script>``, ``<style>``, ``<iframe>``,
+    ``<object>``, forms, every ``on...=`` event handler, ``style`` attributes, and URLs with
+    a scheme outside nh3's list (``javascript:``, ``vbscript:``, ``data:`` other than images).
+    TeX macros that MathJax would turn into links or styles are made plain text.
+    """
+    safe = nh3.clean(html, tags=_TAGS, attributes=_ATTRIBUTES, url_schemes=_URL_SCHEMES,
+                     attribute_filter=_url_filter)
+    return _TEX_MACROS.sub(r"\\text", safe)
+
+
+def _markdown(source: str, attachments=None) -> str:
+    renderer = IPythonRenderer(escape=False, attachments=attachments or {})
+    return MarkdownWithMath(renderer=renderer).render(source)
+
+
+def _one_html_block(html: str) -> str:
+    """``html`` as one raw-HTML block that a markdown renderer passes through unchanged.
+
+    A ``<div>`` block in markdown ends at the first blank line, so every newline that starts
+    a blank line becomes the character reference ``&#10;`` (the same newline inside ``<pre>``,
+    plain space elsewhere).
+    """
+    body = re.sub(r"\n(?=[ \t]*\n)", "&#10;", html.strip("\n"))
+    return f"<div>\n{body}\n</div>" if body.strip() else "<div></div>"
+
+
+def _clean_metadata(meta: dict) -> dict:
+    """Output metadata the template writes into attributes: numbers and flags only."""
+    out = {}
+    for mime, value in (meta or {}).items():
+        if not isinstance(value, dict):
+            continue
+        keep = {k: value[k] for k in ("width", "height")
+                if isinstance(value.get(k), int) and not isinstance(value.get(k), bool)}
+        keep.update({k: value[k] for k in ("unconfined",) if isinstance(value.get(k), bool)})
+        keep.update({k: value[k] for k in ("alt",) if isinstance(value.get(k), str)})
+        if keep:
+            out[mime] = keep
+    return out
+
+
+class SanitizeFeedback(NbGraderPreprocessor):   # enabled by default, as nbgrader's own
+    """Make a student's notebook safe to open as an HTML page: no script survives.
+
+    Instructors open feedback pages, and a student writes their markdown cells and, through
+    their code, their outputs (``display(HTML(...))``). Each markdown cell is rendered to HTML
+    as nbconvert would and cleaned with :func:`clean_html`; math stays as TeX text for MathJax.
+    In outputs, ``text/html`` is cleaned; ``text/markdown`` is rendered and cleaned; text,
+    PNG and JPEG images (base64 checked), SVG (shown through ``<img>``, where scripts never
+    run) and LaTeX (escaped by the template; link macros made text) are kept; everything that
+    runs code (``application/javascript``, widget views) or that this step does not know is
+    dropped. Output metadata is cut to numeric sizes and flags, since the template writes it
+    into unquoted attributes. Raw cells are cleaned too.
+    """
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        if cell.cell_type == "markdown":
+            cell.source = _one_html_block(clean_html(_markdown(cell.source,
+                                                               cell.get("attachments"))))
+            cell.pop("attachments", None)
+        elif cell.cell_type == "raw":
+            cell.source = clean_html(cell.source)
+        elif cell.cell_type == "code":
+            for output in cell.get("outputs", []):
+                if output.get("output_type") in ("display_data", "execute_result",
+                                                  "update_display_data"):
+                    self._clean_output(output)
+        return cell, resources
+
+    @staticmethod
+    def _clean_output(output) -> None:
+        data, kept = output.get("data", {}), {}
+        for mime, value in data.items():
+            text = "".join(value) if isinstance(value, list) else value
+            if not isinstance(text, str):
+                continue
+            if mime in ("image/png", "image/jpeg"):
+                if _BASE64.fullmatch(text):
+                    kept[mime] = text
+            elif mime in _KEPT_AS_IS:
+                kept[mime] = text
+            elif mime == "text/latex":
+                kept[mime] = _TEX_MACROS.sub(r"\\text", text)
+            elif mime == "text/html":
+                kept[mime] = clean_html(text)
+            elif mime == "text/markdown" and "text/html" not in data:
+                kept["text/html"] = clean_html(_markdown(text))
+        output["data"] = kept
+        output["metadata"] = _clean_metadata(output.get("metadata"))

@@ -17,7 +17,7 @@ import shutil
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import nbformat
@@ -26,7 +26,7 @@ from nbgrader.apps import NbGraderAPI
 from sqlalchemy.exc import SAWarning
 from tqdm.auto import tqdm
 
-from . import sandbox
+from . import ids, sandbox
 from .build import generate_release
 from .collect import choose_notebook, collect
 from .config import list_assignments, work_config
@@ -145,6 +145,8 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
                          f"({type(exc).__name__}: {str(exc)[:150]})"
             break
         job.notebooks[name] = nb
+    for rel, path in sub.data_files:   # files carried beside the notebook change the run
+        parts += [rel, path.read_bytes()]
     if res.status == "graded" and not job.notebooks:
         res.status = "rejected: none of the expected notebooks was submitted " \
                      f"(expected {', '.join(lesson.names)})"
@@ -194,6 +196,9 @@ class _Grader:
         dest.mkdir(parents=True)
         for name, nb in job.notebooks.items():
             nbformat.write(nb, dest / name)
+        for rel, path in sub.data_files:   # within nbgrader's size limits (collect checked)
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest / rel)
         auto = api.autograde(sub.assignment, sub.student, force=True, create=True)
         if not auto["success"]:
             res.status = "needs manual review: autograde failed: " + _reason(
@@ -267,13 +272,18 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         shutil.rmtree(work / "incoming")
     assignments = list_assignments(root)
     names = {a: sorted(p.name for p in (root / "solutions" / a).glob("*.ipynb")) for a in assignments}
-    subs = sorted(collect(submissions, assignments, work / "incoming", names),
+    subs = sorted(collect(submissions, assignments, work / "incoming", names, max_bytes=max_bytes),
                   key=lambda s: (s.assignment, s.student))
     needed = sorted({s.assignment for s in subs if not s.problem})
     _release(root, work, needed, db_url)
     lessons = {a: _Lesson(work, a) for a in needed}
     settings = f"{GRADER_VERSION} {options}"
     prepared = [_prepare(s, lessons.get(s.assignment), settings, max_bytes) for s in subs]
+    # nbgrader reads student ids as globs and path patterns: it sees only safe internal ids,
+    # the Result (grades.csv, journal, feedback folder) keeps the id as the LMS wrote it.
+    internal = ids.internal_ids(job.sub.student for job in prepared)
+    for job in prepared:
+        job.sub = replace(job.sub, student=internal[job.sub.student])
     config = work_config(work, options.cell_timeout, db_url)
     config.Autograde.autograde_preprocessors = list(SANDBOX_PREPROCESSORS)
     config.SandboxedExecute.options = options.as_dict()
@@ -283,7 +293,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     grader = _Grader(work, out, config, options)
     results, todo = {}, []
     for job in prepared:
-        old = load_result(out, job.sub.assignment, job.sub.student)
+        old = load_result(out, job.result.assignment, job.result.student)
         if old and old.get("digest") == job.result.digest and not force and not old.get("retry"):
             results[id(job)] = Result(**{**old, "reused": True})
         elif job.result.status != "graded":   # rejected or unrepairable: nothing to run
@@ -296,6 +306,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         f"{n}\n" for n in sandbox.isolation_notes(options)) or "fully isolated\n")
 
     def commit(job, res):   # in this thread only: the journal entry, then grades.csv
+        _publish_feedback(out, job.sub.student, res)
         results[id(job)] = res
         save_result(out, asdict(res))
         _write_partial(out, prepared, results, lessons, max_scores)
@@ -328,6 +339,22 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     return [results[id(j)] for j in prepared if id(j) in results]
 
 
+def _publish_feedback(out: Path, internal: str, res: Result) -> None:
+    """Move the feedback nbgrader wrote under the internal id to the student's own id (made
+    safe for the file system by ids.folder_name), and point ``res.feedback`` at it."""
+    src = out / "feedback" / internal / res.assignment
+    dst = out / "feedback" / ids.folder_name(res.student) / res.assignment
+    if src == dst or not src.is_dir():
+        return
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(src, dst)
+    if not any(src.parent.iterdir()):
+        src.parent.rmdir()
+    res.feedback = [str(dst / Path(f).name) for f in res.feedback]
+
+
 def _write_partial(out, prepared, results, lessons, max_scores) -> None:
     """grades.csv of this class so far: committed results only, in table order."""
     done = [results[id(j)] for j in prepared if id(j) in results]
@@ -344,16 +371,21 @@ def _max_score(lesson) -> float:
 
 
 def write_csv(path: Path, results: list, exercise_columns: list) -> None:
-    """One row per student and assignment: BASE_COLUMNS, then points per graded cell (atomic)."""
+    """One row per student and assignment: BASE_COLUMNS, then points per graded cell (atomic).
+
+    Every text cell is spreadsheet-safe (ids.spreadsheet_safe): one that a spreadsheet would
+    evaluate as a formula (``=``, ``+``, ``-``, ``@``, tab, carriage return first) starts with
+    an apostrophe, so an id like ``=HYPERLINK(...)`` is shown, never run.
+    """
     columns = BASE_COLUMNS + list(dict.fromkeys(exercise_columns))
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    w.writeheader()
+    w = csv.writer(buf, lineterminator="\r\n")   # RFC 4180; a lone CR in a cell is quoted
+    w.writerow([ids.spreadsheet_safe(c) for c in columns])
     for r in results:
         row = {"student_id": r.student, "assignment": r.assignment, "score": r.score,
                "max_score": r.max_score, "status": r.status, "notes": "; ".join(r.notes)}
         row.update({k: v for k, v in r.exercises.items() if k in columns})
-        w.writerow(row)
+        w.writerow([ids.spreadsheet_safe(row.get(c, "")) for c in columns])
     atomic_write(path, buf.getvalue())
 
 
@@ -364,8 +396,9 @@ def _num(x: float) -> str:
 def format_table(results: list) -> str:
     """A plain-text table: student, assignment, score/max, status (with notes in brackets)."""
     rows = [("student", "assignment", "score", "status")]
-    rows += [(r.student, r.assignment, f"{_num(r.score)}/{_num(r.max_score)}",
-              r.status + (f" ({'; '.join(r.notes)})" if r.notes else "")) for r in results]
+    rows += [(ids.printable(r.student), r.assignment, f"{_num(r.score)}/{_num(r.max_score)}",
+              ids.printable(r.status + (f" ({'; '.join(r.notes)})" if r.notes else "")))
+             for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths)) + "  " + row[3]
              for row in rows]

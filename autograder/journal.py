@@ -11,12 +11,15 @@ import json
 import os
 from pathlib import Path
 
+from .ids import folder_name
+
 __all__ = ["journal_path", "load_result", "save_result", "digest", "atomic_write"]
 
 
 def journal_path(out: Path, assignment: str, student: str) -> Path:
-    """Where the result of ``student`` for ``assignment`` is kept under ``out``."""
-    return Path(out) / "results" / assignment / f"{student}.json"
+    """Where the result of ``student`` for ``assignment`` is kept under ``out`` (the id made
+    safe as a file name by ids.folder_name: unchanged for plain ids)."""
+    return Path(out) / "results" / assignment / f"{folder_name(student)}.json"
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -42,9 +45,10 @@ def load_result(out: Path, assignment: str, student: str):
     """The committed result dict, or None when there is none (or it cannot be read)."""
     path = journal_path(out, assignment, student)
     try:
-        return json.loads(path.read_text())
+        result = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return result if isinstance(result, dict) and result.get("student") == student else None
 
 
 def digest(*parts) -> str:

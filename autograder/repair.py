@@ -17,12 +17,14 @@ change, which the per-student status reports:
 """
 import copy
 import difflib
+import json
 import re
 import uuid
 
 import nbformat
 
-__all__ = ["repair_notebook", "read_notebook_text", "SubmissionRejected", "normalise_name"]
+__all__ = ["repair_notebook", "read_notebook_text", "not_a_notebook", "SubmissionRejected",
+           "normalise_name"]
 
 SIMILAR_TEST = 0.6       # a test or read-only cell must look this much like the release's
 SIMILAR_SOLUTION = 0.3   # a solution cell is the student's code; only its frame must match
@@ -38,7 +40,7 @@ def normalise_name(name: str) -> str:
     """``'Copy of toy (1).ipynb'`` -> ``'toy.ipynb'``: undo what browsers, Colab and LMSs add."""
     stem = re.sub(r"\.ipynb$", "", name.strip(), flags=re.I)
     stem = re.sub(r"^(copy of |kopie von |copie de )+", "", stem, flags=re.I)
-    stem = re.sub(r"(\s*\(\d+\)|\s*-\s*copy|-checkpoint|_\d+)+$", "", stem, flags=re.I)
+    stem = re.sub(r"(\s*\(\d+\)|\s*-\s*copy|-checkpoint|_\d+|-\d+)+$", "", stem, flags=re.I)
     return stem.strip().lower().replace(" ", "_") + ".ipynb"
 
 
@@ -55,11 +57,16 @@ def read_notebook_text(data: bytes, max_bytes: int):
         return _reject(f"the file is {len(data) / 2**20:.2g} MiB, over the {max_bytes / 2**20:g}"
                        " MiB limit; clear the outputs (Edit > Clear all outputs) and resubmit")
     try:
-        raw = nbformat.reader.reads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = data.decode("utf-8-sig")
+        shape = not_a_notebook(json.loads(text))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return _reject(f"not valid notebook JSON ({str(exc)[:120]})")
-    if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
-        return _reject("valid JSON but not a Jupyter notebook (no cells)")
+    if shape:
+        return _reject(f"valid JSON but not a Jupyter notebook: {shape}")
+    try:
+        raw = nbformat.reader.reads(text)
+    except Exception as exc:
+        return _reject(f"a notebook nbformat cannot read ({type(exc).__name__}: {str(exc)[:120]})")
     notes = []
     major, minor = raw.get("nbformat", 0), raw.get("nbformat_minor", 0)
     try:
@@ -73,6 +80,63 @@ def read_notebook_text(data: bytes, max_bytes: int):
             notes.append(f"nbformat 4.{minor} without cell ids: added ids")
     nb.nbformat, nb.nbformat_minor = 4, 5
     return nb, notes
+
+
+def _what(value) -> str:
+    """A JSON value named for a reader: 'a list', 'the number 3', 'the string "abc"'."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"[:60]
+    if isinstance(value, str):
+        return f"the string {json.dumps(value[:30])}"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _cells_problem(cells, where: str) -> str:
+    if not isinstance(cells, list):
+        return f"{where} is {_what(cells)}, not a list of cells"
+    for i, cell in enumerate(cells, 1):
+        if not isinstance(cell, dict):
+            return f"cell {i} is {_what(cell)}, not a cell object"
+        if not isinstance(cell.get("cell_type"), str):
+            return f"cell {i} has no 'cell_type'"
+        for key in ("source", "input"):   # v4 'source', v3 code cells 'input'
+            value = cell.get(key, "")
+            if not (isinstance(value, str) or isinstance(value, list)
+                    and all(isinstance(line, str) for line in value)):
+                return f"cell {i}'s '{key}' is {_what(value)}, not text"
+        if "metadata" in cell and not isinstance(cell["metadata"], dict):
+            return f"cell {i}'s 'metadata' is {_what(cell['metadata'])}, not an object"
+        if "outputs" in cell and not isinstance(cell["outputs"], list):
+            return f"cell {i}'s 'outputs' is {_what(cell['outputs'])}, not a list"
+    return ""
+
+
+def not_a_notebook(raw) -> str:
+    """Why the parsed JSON ``raw`` is not a Jupyter notebook, or "" when it has a notebook's shape.
+
+    Checks what nbformat and the repair rely on before they touch it: an object with a version
+    number and a list of cell objects (``cells``, or nbformat 3's ``worksheets``), each with a
+    ``cell_type`` and text source. Finer errors are left to nbformat and the repair.
+    """
+    if not isinstance(raw, dict):
+        return f"the file holds {_what(raw)}; a notebook is a JSON object with 'cells'"
+    version = raw.get("nbformat", 4)
+    if isinstance(version, bool) or not isinstance(version, int):
+        return f"'nbformat' is {_what(version)}, not a version number"
+    if not isinstance(raw.get("metadata", {}), dict):
+        return f"'metadata' is {_what(raw['metadata'])}, not an object"
+    if "cells" in raw:
+        return _cells_problem(raw["cells"], "'cells'")
+    if "worksheets" in raw:
+        sheets = raw["worksheets"]
+        if not isinstance(sheets, list) or not all(isinstance(w, dict) for w in sheets):
+            return f"'worksheets' is {_what(sheets)}, not a list of worksheets"
+        problems = (_cells_problem(w.get("cells", []), "a worksheet's 'cells'") for w in sheets)
+        return next((p for p in problems if p), "")
+    keys = ", ".join(f"'{k}'" for k in list(raw)[:4]) or "none"
+    return f"an object without 'cells' (its keys: {keys})"
 
 
 def _reject(reason: str):

@@ -79,6 +79,10 @@ CASES = {
     "empty_file": ("rejected", 0, "the file is empty"),
     "huge_file": ("rejected", 0, "MiB limit"),
     "json_not_notebook": ("rejected", 0, "not a Jupyter notebook"),
+    "json_list": ("rejected", 0, "not a Jupyter notebook: the file holds a list"),
+    # ids nbgrader would read as globs (issue 12): graded under a safe internal id
+    "li[1]": ("graded", 6, ""),
+    "Smith, J [12345]": ("graded", 4, ""),
     "pdf_instead": ("rejected", 0, "no .ipynb file"),
 }
 L01_CASES = {
@@ -410,6 +414,10 @@ def toy_cases(lesson, probe=PROBE) -> dict:
     big.cells.append(nbformat.v4.new_markdown_cell("x" * (MAX_BYTES + 1000)))
     files["huge_file"] = {f"{ASSIGNMENT}/{NOTEBOOK}": big}
     files["json_not_notebook"] = {f"{ASSIGNMENT}/{NOTEBOOK}": b'{"hello": "world"}'}
+    files["json_list"] = {f"{ASSIGNMENT}/{NOTEBOOK}": b"[1, 2, 3]"}
+    files["li[1]"] = {f"{ASSIGNMENT}/{NOTEBOOK}": good}
+    files["Smith, J [12345]"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(
+        lesson, {"add": WRONG_ADD, "mul": MUL_SOLUTION, "mean": MEAN_SOLUTION})}
     files["pdf_instead"] = {f"{ASSIGNMENT}/toy.pdf": b"%PDF-1.4 not a notebook"}
     return files
 

@@ -1,0 +1,106 @@
+"""How Canvas, Moodle and Blackboard name the files of a "download all submissions" zip.
+
+Each LMS puts one assignment's submissions in one zip and encodes the student in each file's
+name. The names are read with nbgrader's own :class:`FileNameCollectorPlugin` (the plugin
+``nbgrader zip_collect`` uses), one regular expression per LMS:
+
+- Canvas: every file loose at the top, ``<name>_[LATE_]<user id>_<file id>_<file name>``, e.g.
+  ``smithann_12345_67890_01_running_sum.ipynb`` (a resubmitted file may end in ``-1``). The
+  student id is ``<name>_<user id>`` (``smithann_12345``): names alone are not unique.
+- Moodle: a folder per student ``<Full Name>_<participant id>_assignsubmission_file_/`` holding
+  the files, or (without "download in folders") files named
+  ``<Full Name>_<id>_assignsubmission_file_<file name>``. The student id is
+  ``<Full Name>_<id>``. Online-text parts (``assignsubmission_onlinetext``) are skipped.
+- Blackboard: files ``<assignment>_<user name>_attempt_<YYYY-MM-DD-HH-MM-SS>_<file name>`` and a
+  receipt ``..._attempt_<date>.txt`` per attempt (skipped). The student id is the user name;
+  the attempt's date decides which of several attempts is the latest.
+
+Formats as documented by each LMS and as seen in their exports; an institution's own naming
+(anonymous grading, group submissions) may differ and is then reported as an unknown layout.
+"""
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
+
+__all__ = ["LmsFile", "LAYOUTS", "DESCRIPTIONS", "match_layout", "describe_layouts"]
+
+_QUIET = logging.getLogger("autograder.lms")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False     # the plugin warns for every name that does not match
+
+LAYOUTS = {
+    "Canvas": r"^(?P<name>[^_/]+)_(?:(?P<late>LATE|late)_)?(?P<user_id>\d+)_(?P<file_no>\d+)_"
+              r"(?P<file_id>[^/]+)$",
+    "Moodle": r"^(?P<student_id>[^/]+?_\d+)_assignsubmission_(?P<part>file|onlinetext)_/?"
+              r"(?P<file_id>.+)$",
+    "Blackboard": r"^(?P<assignment_name>[^/]+)_(?P<student_id>[^_/]+)_attempt_"
+                  r"(?P<timestamp>\d{4}(?:-\d\d){5})(?:_(?P<file_id>[^/]+)|\.txt)?$",
+}
+DESCRIPTIONS = {
+    "folder": "a folder per student: <student>/<assignment>/<notebook>.ipynb (or "
+              "<student>/<notebook>.ipynb), inside up to three wrapping folders",
+    "Canvas": "Canvas: <name>_<user id>_<file id>_<notebook>.ipynb at the top (_LATE_ allowed)",
+    "Moodle": "Moodle: <Full Name>_<id>_assignsubmission_file_/<notebook>.ipynb",
+    "Blackboard": "Blackboard: <assignment>_<user>_attempt_<YYYY-MM-DD-HH-MM-SS>_<notebook>.ipynb",
+}
+
+
+@dataclass
+class LmsFile:
+    """One file of an LMS export, read from its name."""
+    rel: str                 # path inside the export, '/'-separated
+    student: str
+    file_id: str             # the file name as the student uploaded it (may hold folders)
+    time: float = None       # upload time from the name (seconds since the epoch), if any
+    late: bool = False
+
+
+def _plugin(layout: str, rels) -> FileNameCollectorPlugin:
+    exts = sorted({"." + r.rsplit(".", 1)[1] if "." in r.rsplit("/", 1)[-1] else "" for r in rels})
+    return FileNameCollectorPlugin(named_regexp=LAYOUTS[layout], valid_ext=exts, log=_QUIET)
+
+
+def _read(layout: str, rel: str, found: dict):
+    """``found`` (the plugin's groups) as an LmsFile, or None for a part that holds no file."""
+    if layout == "Canvas":
+        return LmsFile(rel, f"{found['name']}_{found['user_id']}", found["file_id"],
+                       late=bool(found.get("late")))
+    if layout == "Moodle":
+        return None if found["part"] != "file" else LmsFile(rel, found["student_id"],
+                                                             found["file_id"])
+    if not found.get("file_id"):    # Blackboard's receipt of an attempt
+        return None
+    stamp = datetime.strptime(found["timestamp"], "%Y-%m-%d-%H-%M-%S").timestamp()
+    return LmsFile(rel, found["student_id"], found["file_id"], time=stamp)
+
+
+def match_layout(rels) -> tuple:
+    """(layout, [LmsFile], [unmatched rel]) for the LMS whose names fit most notebooks.
+
+    ``rels`` are the '/'-separated paths of every file in the export. Returns (None, [], rels)
+    when no LMS's names fit a single notebook.
+    """
+    rels = list(rels)
+    best = (None, [], rels, 0)
+    for layout in LAYOUTS:
+        plugin, files, unmatched = _plugin(layout, rels), [], []
+        for rel in rels:
+            found = plugin.collect(rel)
+            if found is None:
+                unmatched.append(rel)
+                continue
+            item = _read(layout, rel, found)
+            if item is not None:     # None: a receipt or an online-text part, not a file
+                files.append(item)
+        score = sum(f.file_id.lower().endswith(".ipynb") for f in files)
+        if score > best[3]:
+            best = (layout, files, unmatched, score)
+    return best[:3]
+
+
+def describe_layouts() -> str:
+    """The layouts collect understands, one per line, for error messages."""
+    return "\n".join(f"  - {d}" for d in DESCRIPTIONS.values())
+
