@@ -22,6 +22,12 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="generate lessons/ from solutions/ with nbgrader")
     b.add_argument("--check", action="store_true",
                    help="only compare: exit 1 and list the files when lessons/ is out of date")
+    b.add_argument("--colab", nargs="?", const="dist", metavar="DIR",
+                   help="instead, write the course file students upload to Colab (a wheel of mlexp) "
+                        "into DIR (default dist/)")
+    b.add_argument("--repo", metavar="OWNER/NAME",
+                   help="first set the course's GitHub repository (autograder/course.py) and rewrite "
+                        "every badge, setup cell and README link for it, then build")
 
     g = sub.add_parser("grade", help="grade a class; print a table, write grades.csv and feedback")
     g.add_argument("submissions", nargs="?",
@@ -40,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
                         "(default: SQLite in DIR/work/gradebook.db)")
     g.add_argument("--max-size", type=float, default=20, metavar="MIB",
                    help="larger notebooks are rejected (default 20 MiB)")
+    g.add_argument("--sample", type=int, metavar="N",
+                   help="demo class only: grade N students per lesson (the all-correct one first, "
+                        "then typical mistakes), copied to DIR/demo-sample; `make grade` uses 2")
 
     c = sub.add_parser("check", help="run a notebook's visible tests; print PASS/FAIL and hints")
     c.add_argument("notebook", help="path of the .ipynb to check")
@@ -48,12 +57,32 @@ def parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
     d.add_argument("--check", action="store_true",
                    help="only compare: exit 1 when the committed demo class is out of date")
+    d.add_argument("--check-hints", action="store_true",
+                   help="run each exercise's tests (in this process, no kernel) against every "
+                        "catalogued demo student: exit 1 naming each student who no longer gets "
+                        "the score and hints it was built for")
+
+    s = sub.add_parser("seeds", help="re-run lessons with shifted seeds; mean +- sd of their RESULT lines")
+    from .seeds import add_arguments as seed_arguments
+    seed_arguments(s, course=False)
     return p
 
 
 def _build(args) -> int:
     from .build import build, check_build
     root = find_course_root(args.course)
+    if args.colab is not None:
+        from .colab import STUDENT_STEPS, build_wheel
+        if args.check or args.repo:
+            raise ValueError("--colab writes only the course file; run --check or --repo on their own.")
+        wheel = build_wheel(root, root / args.colab if not Path(args.colab).is_absolute() else Path(args.colab))
+        print(f"wrote {wheel} ({wheel.stat().st_size / 1024:.0f} KiB): the course library for Colab.\n"
+              f"{STUDENT_STEPS}")
+        return 0
+    if args.repo:
+        if args.check:
+            raise ValueError("--repo rewrites the lessons; it cannot be combined with --check.")
+        _set_repo(root, args.repo)
     if args.check:
         diffs = check_build(root)
         if diffs:
@@ -67,14 +96,80 @@ def _build(args) -> int:
     return 0
 
 
+def _set_repo(root: Path, repo: str) -> None:
+    """Write ``repo`` into autograder/course.py and rewrite what is made from it (badges, setup
+    cells, the README table) with scripts/lesson_cells.py of the course at ``root``."""
+    import importlib.util
+
+    from .course import set_course_repo
+    script = root / "scripts" / "lesson_cells.py"
+    if not script.is_file():
+        raise FileNotFoundError(f"{script} is missing: --repo rewrites the lessons with it.")
+    set_course_repo(root, repo)   # validates the name first
+    spec = importlib.util.spec_from_file_location("lesson_cells", script)
+    cells = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cells)
+    cells.run(check=False, repo=repo, root=root)
+    print(f"the course's repository is now {repo}: badges, setup cells and the README link there; "
+          "after the build below, commit and push, then check one 'Open in Colab' link.")
+
+
+# What grading one submission took here (kernel start, the lesson at grading size, feedback),
+# from a quiet 2-core machine (low) to the same machine shared with other jobs (high), in seconds.
+SECONDS_PER_SUBMISSION = (5, 15)
+
+
+def _minutes(n: int, jobs: int) -> str:
+    """'about 1-2 minutes' for ``n`` submissions graded ``jobs`` at a time on this machine."""
+    import math
+    import os
+    parallel = max(1, min(jobs, os.cpu_count() or 1, n))
+    lo, hi = (math.ceil(n * s / parallel / 60) for s in SECONDS_PER_SUBMISSION)
+    return f"about {hi} minute{'s' * (hi != 1)}" if lo == hi else f"about {lo}-{hi} minutes"
+
+
+def _announce(args, sample) -> None:
+    """Say what this run grades and how long it will take, before it starts."""
+    lo, hi = SECONDS_PER_SUBMISSION
+    per = f"a submission takes about {lo}-{hi} s on a 2-core laptop CPU"
+    if sample is not None:
+        picked, total = sample
+        print(f"Grading a sample of the demo class: {len(picked)} of its {total} submissions "
+              f"({args.sample} per lesson: the all-correct student, then typical mistakes), "
+              f"{args.jobs} at a time, into {args.out}/. {per[0].upper() + per[1:]}, so this takes "
+              f"{_minutes(len(picked), args.jobs)} (less for any already graded).\n"
+              f"The whole demo class: `make grade-all` ({_minutes(total, args.jobs)}); a real class: "
+              "`.venv/bin/python -m autograder grade SUBMISSIONS --out DIR` (README, 'For instructors').",
+              flush=True)
+    elif args.submissions is None:
+        from .demo import load_catalog
+        total = sum(len(c["students"]) for c in load_catalog().values())
+        print(f"Grading the whole demo class: {total} submissions, {args.jobs} at a time, into "
+              f"{args.out}/; {per}, so this takes {_minutes(total, args.jobs)} (less for any already "
+              "graded).", flush=True)
+    else:
+        print(f"Grading {args.submissions}, {args.jobs} at a time, into {args.out}/; {per} "
+              f"(a class of 100: {_minutes(100, args.jobs)}); the progress bar counts the rest.",
+              flush=True)
+
+
 def _grade(args) -> int:
     from .grade import format_table, grade_class
     from .sandbox import isolation_notes
     root = find_course_root(args.course)
     options = from_arguments(args)
+    submissions, sample = args.submissions, None
+    if args.sample is not None:
+        from .demo import write_sample
+        if submissions is not None:
+            raise ValueError("--sample picks students from the demo class; to try a real class on "
+                             "a few students, copy their folders into a folder of their own.")
+        picked, total = write_sample(Path(args.out) / "demo-sample", args.sample)
+        submissions, sample = Path(args.out) / "demo-sample", (picked, total)
+    _announce(args, sample)
     start = time.perf_counter()
     try:
-        results = grade_class(root, args.submissions, Path(args.out), options=options,
+        results = grade_class(root, submissions, Path(args.out), options=options,
                               progress=not args.no_progress, jobs=args.jobs, force=args.force,
                               db_url=args.db, max_bytes=int(args.max_size * 2**20))
     except KeyboardInterrupt:
@@ -88,8 +183,14 @@ def _grade(args) -> int:
     print(f"\n{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
           f"{reused} unchanged since the last run (kept; --force regrades); "
           f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
-    for note in isolation_notes(options):
+    notes = isolation_notes(options)
+    for note in notes:
         print("isolation:", note)
+    if not notes:
+        print("isolation: complete: every student's kernel ran in its own bubblewrap sandbox with a "
+              "uid of its own")
+    print(f"isolation: what a student's code can and cannot do here: README, 'For instructors'; "
+          f"this run's notes are in {Path(args.out) / 'isolation.txt'}")
     review = [r for r in results if r.status.startswith("needs manual review")]
     rejected = [r for r in results if r.status.startswith("rejected")]
     if review or rejected:
@@ -108,24 +209,41 @@ def _check(args) -> int:
 def _demo(args) -> int:
     from .demo import check_demo, write_demo
     root = find_course_root(args.course)
+    demo_dir = root / "autograder" / "demo"   # the course's own catalogue, also for a scratch copy
+    if not (demo_dir / "catalog").is_dir():
+        from .demo import DEMO_DIR as demo_dir
+    status = 0
+    if args.check_hints:
+        from .demo import check_hints, format_hint_report
+        problems, checked = check_hints(root, demo_dir, progress=True)
+        print(format_hint_report(problems, checked))
+        status = 1 if problems else 0
+        if not args.check:
+            return status
     if args.check:
-        diffs = check_demo(root)
+        diffs = check_demo(root, demo_dir)
         if diffs:
             print("autograder/demo/submissions is out of date; run `python -m autograder demo`. "
                   "Differing:", *diffs, sep="\n  ")
             return 1
         print("the demo class is in sync with its catalogue")
-        return 0
-    written = write_demo(root)
-    print(f"wrote {len(written)} demo notebooks under autograder/demo/submissions/")
+        return status
+    written = write_demo(root, demo_dir)
+    print(f"wrote {len(written)} demo notebooks under {demo_dir / 'submissions'}/")
     return 0
+
+
+def _seeds(args) -> int:
+    from .seeds import run
+    return run(args)
 
 
 def main(argv=None) -> int:
     """Parse ``argv`` and run the command; errors a user can fix print one line and exit 2."""
     args = parser().parse_args(argv)
     try:
-        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo}[args.command](args)
+        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo,
+                "seeds": _seeds}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
