@@ -4,7 +4,7 @@
 PY := .venv/bin/python
 OUT ?= grades
 JOBS ?= 2
-SAMPLE ?= 2
+SAMPLE ?= 1
 # Tests and CI read TinyShakespeare from the course's shared data folder when it sits beside
 # the checkout; elsewhere mlexp finds it in the user cache or downloads and verifies it.
 SHARED_DATA := $(wildcard ../shared/data/tinyshakespeare.txt)

@@ -47,8 +47,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-size", type=float, default=20, metavar="MIB",
                    help="larger notebooks are rejected (default 20 MiB)")
     g.add_argument("--sample", type=int, metavar="N",
-                   help="demo class only: grade N students per lesson (the all-correct one first, "
-                        "then typical mistakes), copied to DIR/demo-sample; `make grade` uses 2")
+                   help="demo class only: grade N students per lesson (a typical mistake first, "
+                        "then the all-correct one), copied to DIR/demo-sample; `make grade` uses 1")
 
     c = sub.add_parser("check", help="run a notebook's visible tests; print PASS/FAIL and hints")
     c.add_argument("notebook", help="path of the .ipynb to check")
@@ -114,9 +114,10 @@ def _set_repo(root: Path, repo: str) -> None:
           "after the build below, commit and push, then check one 'Open in Colab' link.")
 
 
-# What grading one submission took here (kernel start, the lesson at grading size, feedback),
-# from a quiet 2-core machine (low) to the same machine shared with other jobs (high), in seconds.
-SECONDS_PER_SUBMISSION = (5, 15)
+# What grading one submission takes per job (kernel start, the lesson at grading size, feedback),
+# in seconds: about 5 s on a quiet 2-core machine, 26 s measured on the course's shared 2-core
+# build machine under a load average of 11 (12 demo submissions at -j 2 in 313 s, 2026-12-01).
+SECONDS_PER_SUBMISSION = (5, 26)
 
 
 def _minutes(n: int, jobs: int) -> str:
@@ -131,11 +132,13 @@ def _minutes(n: int, jobs: int) -> str:
 def _announce(args, sample) -> None:
     """Say what this run grades and how long it will take, before it starts."""
     lo, hi = SECONDS_PER_SUBMISSION
-    per = f"a submission takes about {lo}-{hi} s on a 2-core laptop CPU"
+    per = f"a submission takes {lo}-{hi} s per job on 2 cores, from a quiet laptop to a busy server"
     if sample is not None:
         picked, total = sample
+        which = ["a typical mistake", "a typical mistake and the all-correct student",
+                 "a typical mistake, the all-correct student and others"][min(args.sample, 3) - 1]
         print(f"Grading a sample of the demo class: {len(picked)} of its {total} submissions "
-              f"({args.sample} per lesson: the all-correct student, then typical mistakes), "
+              f"({args.sample} per lesson: {which}), "
               f"{args.jobs} at a time, into {args.out}/. {per[0].upper() + per[1:]}, so this takes "
               f"{_minutes(len(picked), args.jobs)} (less for any already graded).\n"
               f"The whole demo class: `make grade-all` ({_minutes(total, args.jobs)}); a real class: "

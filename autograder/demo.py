@@ -106,9 +106,9 @@ def write_demo(root: Path, demo_dir: Path = DEMO_DIR) -> list:
 
 # ----------------------------------------------------------------------------- a quick sample
 def sample_students(per_lesson: int, demo_dir: Path = DEMO_DIR) -> list:
-    """(assignment, student) pairs: ``per_lesson`` catalogued students of each lesson, the
-    all-correct one first, then those with one typical mistake, then the rest, each group in
-    catalogue order. Raises ValueError when ``per_lesson`` < 1."""
+    """(assignment, student) pairs: ``per_lesson`` catalogued students of each lesson: the first
+    one with a single typical mistake (a partial score and a hint to read), then the first
+    all-correct one, then the others in catalogue order. Raises ValueError when ``per_lesson`` < 1."""
     if per_lesson < 1:
         raise ValueError(f"--sample needs at least 1 student per lesson, not {per_lesson}.")
     picked = []
@@ -116,11 +116,14 @@ def sample_students(per_lesson: int, demo_dir: Path = DEMO_DIR) -> list:
         students = cat["students"]
 
         def rank(student):
-            spec = students[student]
-            if spec.get("from_solution") and not spec["expect"]["hints"]:
+            expect = students[student]["expect"]
+            if len(expect["hints"]) == 1 and 0 < expect["score"] < expect["max_score"]:
                 return 0
-            return 1 if len(spec["expect"]["hints"]) == 1 and spec["expect"]["score"] > 0 else 2
-        picked += [(a, s) for s in sorted(students, key=rank)[:per_lesson]]
+            return 1 if students[student].get("from_solution") and not expect["hints"] else 2
+        mistakes, correct = [s for s in students if rank(s) == 0], [s for s in students if rank(s) == 1]
+        order = mistakes[:1] + correct[:1]
+        order += [s for s in students if s not in order]
+        picked += [(a, s) for s in order[:per_lesson]]
     return picked
 
 
@@ -159,7 +162,7 @@ def _released_answers(solution_nb):
     return nb
 
 
-def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False) -> tuple:
+def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False, students=None) -> tuple:
     """Grade every catalogued demo student in this process (autograder.dryrun) against the
     current ``solutions/`` and compare with the catalogue's ``expect``.
 
@@ -167,22 +170,26 @@ def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False) -
     notebooks, which may lag behind an edit) with the catalogue's answers. Returns (problems,
     number of students checked); each problem is a dict with ``assignment``, ``student``,
     ``test`` (None for the score alone), ``expected`` and ``got``, ready for
-    :func:`format_hint_report`.
+    :func:`format_hint_report`. ``students``: only these student ids (default: all).
     """
     from tqdm.auto import tqdm
 
     from .dryrun import run_exercises
     problems, checked = [], 0
     catalogs = load_catalog(demo_dir)
-    bar = tqdm(total=sum(len(c["students"]) for c in catalogs.values()), desc="demo hints",
+    chosen = {a: {s: spec for s, spec in cat["students"].items() if students is None or s in students}
+              for a, cat in catalogs.items()}
+    bar = tqdm(total=sum(map(len, chosen.values())), desc="demo hints",
                unit="student", disable=not progress)
     for a, cat in catalogs.items():
+        if not chosen[a]:
+            continue
         path = Path(root) / "solutions" / a / cat["notebook"]
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing; the catalogue {a}.json needs it.")
         solution = nbformat.read(path, as_version=4)
         blank = _released_answers(solution)
-        for student, spec in cat["students"].items():
+        for student, spec in chosen[a].items():
             answers = demo_answers(solution, spec, blank)
             nb = student_notebook(blank, answers, where=f"catalogue {a}, student {student}")
             outcomes = run_exercises(nb, solution, path.parent)
