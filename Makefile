@@ -1,6 +1,6 @@
-# The two commands of the README, and the course author's two. Each sets up .venv first
-# (idempotent; see scripts/setup.sh): `grade` and `lessons` install only what grading needs,
-# `test` adds JupyterLab and the test tools.
+# The two commands of the README, the student's and the course author's. Each sets up .venv
+# first (idempotent; see scripts/setup.sh): `grade` and `lessons` install only what grading
+# needs, `lab` adds JupyterLab, `test` adds the test tools.
 PY := .venv/bin/python
 OUT ?= grades
 JOBS ?= 2
@@ -12,9 +12,12 @@ ifneq ($(SHARED_DATA),)
 export MLEXP_DATA_DIR ?= $(abspath ../shared/data)
 endif
 
-.PHONY: setup setup-test grade grade-all test test-fast lessons check-generated colab
+.PHONY: setup setup-lab setup-test grade grade-all lab test test-fast lessons check-generated colab
 setup:
 	bash scripts/setup.sh grade
+
+setup-lab:
+	bash scripts/setup.sh lab
 
 setup-test:
 	bash scripts/setup.sh test
@@ -25,6 +28,10 @@ grade: setup
 
 grade-all: setup
 	$(PY) -m autograder grade -j $(JOBS) --out $(OUT)
+
+# JupyterLab on the lessons, from the course's environment.
+lab: setup-lab
+	.venv/bin/jupyter lab lessons/
 
 test: setup-test
 	$(PY) -m pytest $(PYTEST_ARGS)

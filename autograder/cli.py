@@ -114,33 +114,33 @@ def _set_repo(root: Path, repo: str) -> None:
           "after the build below, commit and push, then check one 'Open in Colab' link.")
 
 
-# What grading one submission takes per job (kernel start, the lesson at grading size, feedback),
-# in seconds: about 5 s on a quiet 2-core machine, 26 s measured on the course's shared 2-core
-# build machine under a load average of 11 (12 demo submissions at -j 2 in 313 s, 2026-12-01).
-SECONDS_PER_SUBMISSION = (5, 26)
+# Wall-clock seconds per submission when grading with -j 2 on 2 cores (what a run prints as
+# "s each"): about 5 s on a quiet machine, 30 s measured on the course's shared 2-core build
+# machine under a load average of 16 (6 demo submissions in 182 s, 2026-12-01).
+SECONDS_EACH_2_JOBS = (5, 30)
 
 
 def _minutes(n: int, jobs: int) -> str:
-    """'about 1-2 minutes' for ``n`` submissions graded ``jobs`` at a time on this machine."""
+    """'about 1-3 minutes' for ``n`` submissions graded ``jobs`` at a time on this machine."""
     import math
     import os
     parallel = max(1, min(jobs, os.cpu_count() or 1, n))
-    lo, hi = (math.ceil(n * s / parallel / 60) for s in SECONDS_PER_SUBMISSION)
+    lo, hi = (max(1, math.ceil(n * s * 2 / parallel / 60)) for s in SECONDS_EACH_2_JOBS)
     return f"about {hi} minute{'s' * (hi != 1)}" if lo == hi else f"about {lo}-{hi} minutes"
 
 
 def _announce(args, sample) -> None:
     """Say what this run grades and how long it will take, before it starts."""
-    lo, hi = SECONDS_PER_SUBMISSION
-    per = f"a submission takes {lo}-{hi} s per job on 2 cores, from a quiet laptop to a busy server"
+    lo, hi = SECONDS_EACH_2_JOBS
+    per = (f"(with 2 at a time on 2 cores, {lo}-{hi} s a submission, from a quiet laptop to a busy "
+           "shared server; less for any graded before)")
     if sample is not None:
         picked, total = sample
         which = ["a typical mistake", "a typical mistake and the all-correct student",
                  "a typical mistake, the all-correct student and others"][min(args.sample, 3) - 1]
         print(f"Grading a sample of the demo class: {len(picked)} of its {total} submissions "
-              f"({args.sample} per lesson: {which}), "
-              f"{args.jobs} at a time, into {args.out}/. {per[0].upper() + per[1:]}, so this takes "
-              f"{_minutes(len(picked), args.jobs)} (less for any already graded).\n"
+              f"({args.sample} per lesson: {which}), {args.jobs} at a time, into {args.out}/. This "
+              f"takes {_minutes(len(picked), args.jobs)} {per}.\n"
               f"The whole demo class: `make grade-all` ({_minutes(total, args.jobs)}); a real class: "
               "`.venv/bin/python -m autograder grade SUBMISSIONS --out DIR` (README, 'For instructors').",
               flush=True)
@@ -148,12 +148,10 @@ def _announce(args, sample) -> None:
         from .demo import load_catalog
         total = sum(len(c["students"]) for c in load_catalog().values())
         print(f"Grading the whole demo class: {total} submissions, {args.jobs} at a time, into "
-              f"{args.out}/; {per}, so this takes {_minutes(total, args.jobs)} (less for any already "
-              "graded).", flush=True)
+              f"{args.out}/. This takes {_minutes(total, args.jobs)} {per}.", flush=True)
     else:
-        print(f"Grading {args.submissions}, {args.jobs} at a time, into {args.out}/; {per} "
-              f"(a class of 100: {_minutes(100, args.jobs)}); the progress bar counts the rest.",
-              flush=True)
+        print(f"Grading {args.submissions}, {args.jobs} at a time, into {args.out}/: a class of 100 "
+              f"takes {_minutes(100, args.jobs)} {per}; the progress bar counts the rest.", flush=True)
 
 
 def _grade(args) -> int:

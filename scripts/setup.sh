@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv (once) and install the course into it. One argument says how much:
 #   grade   the course with the grade extra: enough to grade, check, build and run lessons from
-#           the command line (`make grade`, `make lessons`; about 1 GB)
-#   test    (the default) adds the lab extra (JupyterLab and nbgrader's extensions) and the test
-#           extra (pytest, triton, playwright) (`make test`)
+#           the command line (`make grade`, `make lessons`)
+#   lab     adds the lab extra: JupyterLab, ipywidgets and nbgrader's extensions (`make lab`)
+#   test    (the default) adds the test extra too: pytest, triton, playwright (`make test`)
 # torch is installed first only when the venv lacks it: the CPU build (torch==$TORCH_VERSION, from
 # the PyTorch CPU index; pip's own find-links serve it where that index is out of reach) on a
 # machine without an NVIDIA GPU, the default build otherwise. An existing torch is never replaced.
@@ -12,8 +12,9 @@ cd "$(dirname "$0")/.."
 level=${1:-test}
 case "$level" in
   grade) extras="grade" ;;
+  lab) extras="lab,grade" ;;
   test) extras="lab,grade,test" ;;
-  *) echo "setup: unknown level '$level' (grade or test)" >&2; exit 2 ;;
+  *) echo "setup: unknown level '$level' (grade, lab or test)" >&2; exit 2 ;;
 esac
 PY=${PYTHON:-python3}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
@@ -39,14 +40,15 @@ if [ "$(uname -s)" = Linux ] && ! command -v bwrap >/dev/null 2>&1; then
     echo "setup: the grader needs bubblewrap: sudo apt-get install bubblewrap (or your distribution's package)" >&2
   fi
 fi
-# One stamp per level; the test level includes the grade level. Reinstall when pyproject.toml changes.
+# One stamp per level; each level includes the ones before it (grade < lab < test). Install again
+# when pyproject.toml is newer than the stamp.
 fresh() { [ -f ".venv/.mlexp-installed-$1" ] && [ ! pyproject.toml -nt ".venv/.mlexp-installed-$1" ]; }
-if fresh test || { [ "$level" = grade ] && fresh grade; }; then
-  exit 0
-fi
+case "$level" in
+  grade) fresh grade || fresh lab || fresh test ;;
+  lab) fresh lab || fresh test ;;
+  test) fresh test ;;
+esac && exit 0
 echo "setup: installing the course with the extras [$extras] into .venv (the first time takes a few minutes)"
 "$VPY" -m pip install --quiet --progress-bar off -e ".[$extras]"
 echo "setup: .venv ready for '$level' after ${SECONDS} s"
 touch ".venv/.mlexp-installed-$level"
-[ "$level" = test ] && touch .venv/.mlexp-installed-grade
-exit 0
