@@ -1,4 +1,4 @@
-"""Command line: build, grade, check and demo (see `python -m autograder COMMAND --help`)."""
+"""Command line: build, grade, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
 import argparse
 import sys
 import time
@@ -83,6 +83,12 @@ def _build(args) -> int:
         if args.check:
             raise ValueError("--repo rewrites the lessons; it cannot be combined with --check.")
         _set_repo(root, args.repo)
+        for a in build(root):
+            print(f"wrote lessons/{a}/")
+        if (root / "autograder" / "demo" / "catalog").is_dir():   # the demo class is made from lessons/
+            from .demo import write_demo
+            print(f"wrote {len(write_demo(root, root / 'autograder' / 'demo'))} demo notebooks")
+        return 0
     if args.check:
         diffs = check_build(root)
         if diffs:
@@ -111,12 +117,12 @@ def _set_repo(root: Path, repo: str) -> None:
     spec.loader.exec_module(cells)
     cells.run(check=False, repo=repo, root=root)
     print(f"the course's repository is now {repo}: badges, setup cells and the README link there; "
-          "after the build below, commit and push, then check one 'Open in Colab' link.")
+          "the build below and the demo class follow; then commit, push and try one 'Open in Colab' link.")
 
 
 # Wall-clock seconds per submission when grading with -j 2 on 2 cores (what a run prints as
 # "s each"): about 5 s on a quiet machine, 30 s measured on the course's shared 2-core build
-# machine under a load average of 16 (6 demo submissions in 182 s, 2026-12-01).
+# machine under a load average of 16 (6 demo submissions in 182 s, 2026-11-30).
 SECONDS_EACH_2_JOBS = (5, 30)
 
 
@@ -130,7 +136,8 @@ def _minutes(n: int, jobs: int) -> str:
 
 
 def _announce(args, sample) -> None:
-    """Say what this run grades and how long it will take, before it starts."""
+    """Say what this run grades and how long it will take, before it starts (on stderr, with the
+    progress bar: stdout holds the table of grades)."""
     lo, hi = SECONDS_EACH_2_JOBS
     per = (f"(with 2 at a time on 2 cores, {lo}-{hi} s a submission, from a quiet laptop to a busy "
            "shared server; less for any graded before)")
@@ -143,15 +150,17 @@ def _announce(args, sample) -> None:
               f"takes {_minutes(len(picked), args.jobs)} {per}.\n"
               f"The whole demo class: `make grade-all` ({_minutes(total, args.jobs)}); a real class: "
               "`.venv/bin/python -m autograder grade SUBMISSIONS --out DIR` (README, 'For instructors').",
-              flush=True)
+              file=sys.stderr, flush=True)
     elif args.submissions is None:
         from .demo import load_catalog
         total = sum(len(c["students"]) for c in load_catalog().values())
         print(f"Grading the whole demo class: {total} submissions, {args.jobs} at a time, into "
-              f"{args.out}/. This takes {_minutes(total, args.jobs)} {per}.", flush=True)
+              f"{args.out}/. This takes {_minutes(total, args.jobs)} {per}.",
+              file=sys.stderr, flush=True)
     else:
         print(f"Grading {args.submissions}, {args.jobs} at a time, into {args.out}/: a class of 100 "
-              f"takes {_minutes(100, args.jobs)} {per}; the progress bar counts the rest.", flush=True)
+              f"takes {_minutes(100, args.jobs)} {per}; the progress bar counts the rest.",
+              file=sys.stderr, flush=True)
 
 
 def _grade(args) -> int:

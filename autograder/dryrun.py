@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import symtable
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -92,7 +93,10 @@ def needed_cells(nb) -> list:
 
 
 class _Client:
-    request_stdout: list = []
+    """What run_test needs of the harness's notebook client: where request output would go."""
+
+    def __init__(self):
+        self.request_stdout = []
 
 
 class LocalLink(KernelLink):
@@ -140,7 +144,7 @@ def _limit(seconds):
 
 
 @contextlib.contextmanager
-def _sandbox_of_a_kind(folder: Path):
+def _lesson_run(folder: Path):
     """Run in a scratch copy of the lesson folder at grading size; put back what cells change
     in this process (working folder, NBGRADER_EXECUTION, torch threads, open figures)."""
     import torch
@@ -160,7 +164,6 @@ def _sandbox_of_a_kind(folder: Path):
             else:
                 os.environ["NBGRADER_EXECUTION"] = env
             torch.set_num_threads(threads)
-            import sys
             if "matplotlib.pyplot" in sys.modules:
                 sys.modules["matplotlib.pyplot"].close("all")
 
@@ -191,7 +194,9 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
         outcomes[gid] = Outcome(not errors, f"{errors[0].ename}: {errors[0].evalue}" if errors else "",
                                 float(_meta(tests[gid]).get("points", 0)))
 
-    with _sandbox_of_a_kind(Path(folder)):
+    grading._REFS.clear()      # the kernel-side tables of mlexp.grading: a fresh "kernel" per run
+    grading._GRAPHS.clear()
+    with _lesson_run(Path(folder)):
         for i in needed_cells(nb):
             cell = nb.cells[i]
             gid = _meta(cell).get("grade_id")
@@ -206,4 +211,6 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
                 pass
         for gid in tests.keys() - outcomes.keys():
             test(nbformat.from_dict(json.loads(json.dumps(tests[gid]))), gid)
+    grading._REFS.clear()
+    grading._GRAPHS.clear()
     return outcomes

@@ -138,8 +138,8 @@ except ImportError:
     else:
         raise ImportError(
             "This lesson needs the course library `mlexp`. In a clone of the course repository run "
-            "`make grade` or `bash scripts/setup.sh` (or `pip install -e .`) and start Jupyter inside "
-            "the clone; on Colab, open the lesson from the README's 'Open in Colab' link."
+            "`make lab` (or `pip install -e .`) and start Jupyter inside the clone; on Colab, see the "
+            "README's 'Open a lesson in Colab'."
             + (f" A course file is here: `pip install {{_files[-1]}}` installs it." if _files else "")) from None
     import mlexp"""
 

@@ -100,3 +100,5 @@ def test_build_repo_rewrites_badges_setup_cells_and_readme(tmp_path):
         assert url in nb.cells[0].source
         assert 'COURSE_REPO = "my-uni/la-course"' in nb.cells[1].source
     assert "OWNER/REPO" not in (root / "README.md").read_text().split("<!-- lessons -->")[1].split("<!-- /lessons -->")[0]
+    demo = sorted((root / "autograder" / "demo" / "submissions").glob("*/01_running_sum/01_running_sum.ipynb"))
+    assert demo and all(url in nbformat.read(p, as_version=4).cells[0].source for p in demo)

@@ -128,3 +128,18 @@ def test_make_check_generated_fails_naming_the_student(tmp_path):
     assert proc.returncode != 0
     assert f"student {student}, exercise {test}: built to draw the hint {hint!r}; now it gets: " in proc.stdout
     assert "XYZZY" in proc.stdout
+
+
+def test_grade_says_what_it_grades_and_how_long_before_it_starts(capsys):
+    """On stderr with the progress bar, so that stdout starts with the table of grades."""
+    from argparse import Namespace
+
+    from autograder.cli import _announce
+    picked, total = sample_students(1), sum(len(c["students"]) for c in load_catalog().values())
+    _announce(Namespace(sample=1, jobs=2, out="grades", submissions=None), (picked, total))
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"{len(picked)} of its {total} submissions" in err and "minutes" in err
+    assert "make grade-all" in err and "autograder grade SUBMISSIONS --out DIR" in err
+    _announce(Namespace(sample=None, jobs=2, out="grades", submissions="class.zip"), None)
+    assert "a class of 100 takes about" in capsys.readouterr().err
