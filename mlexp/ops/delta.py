@@ -2,7 +2,8 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, resolve_impl
+from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
+                      decay_into, decay_pairs, finite_guard, resolve_impl)
 
 __all__ = ["delta_rule", "gated_delta_rule", "KEY_NORM_TOL"]
 
@@ -92,6 +93,7 @@ def _check(q, k, v, beta, g, initial_state, chunk_size):
             raise ValueError(f"beta must lie in [0, 2] (eigenvalue 1 - beta |k|^2 of the update "
                              f"must stay in [-1, 1]); got range [{beta.min().item():.3g}, "
                              f"{beta.max().item():.3g}]. Use torch.sigmoid(x) for beta.")
+    return B, H, T, Dk, Dv
 
 
 def _check_keys(k):
@@ -109,10 +111,12 @@ def _check_keys(k):
 
 def _run(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk):
     """Check, normalise and scale the inputs, then call the chosen implementation."""
-    _check(q, k, v, beta, g, initial_state, chunk_size)
-    chosen = resolve_impl(impl, q.device, IMPLS)
-    if impl is None and q.dtype == torch.float64:
-        chosen = "chunk"                                         # the Triton kernel computes in fp32
+    B, H, T, Dk, Dv = _check(q, k, v, beta, g, initial_state, chunk_size)
+    chosen = resolve_impl(impl, q.device, q.dtype, IMPLS)
+    acc = compute_dtype(q.dtype)                                 # fp16/bf16/fp32 -> fp32, fp64 stays
+    if B * H * T == 0:                                           # empty in, empty out; the state passes through
+        S0 = q.new_zeros(B, H, Dk, Dv, dtype=acc) if initial_state is None else initial_state.to(acc)
+        return v.new_zeros(B, H, T, Dv), S0
     if normalize_qk:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     else:
@@ -122,10 +126,13 @@ def _run(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk)
     if chosen == "triton":
         from .triton_delta import delta_rule_triton  # imported late: TRITON_INTERPRET is read at import
         return delta_rule_triton(q, k, v, beta, g, initial_state, chunk_size)
-    acc = compute_dtype(q.dtype)                                 # fp16/bf16/fp32 -> fp32, fp64 stays
-    args = [None if x is None else x.to(acc) for x in (q, k, v, beta, g, initial_state)]
-    o, S = _recurrent(*args) if chosen == "recurrent" else _chunk(*args, chunk_size)
-    return o.to(v.dtype), S
+    out_dtype = v.dtype
+    q, k, v, beta, g, S0 = [None if x is None else x.to(acc) for x in (q, k, v, beta, g, initial_state)]
+    if chosen == "recurrent":
+        o, S = _recurrent(q, k, v, beta, g, S0)
+    else:
+        o, S = finite_guard(lambda q, k, v, g, beta: _chunk(q, k, v, beta, g, S0, chunk_size), q, k, v, g, beta)
+    return o.to(out_dtype), S
 
 
 # ----------------------------------------------------------------------------- recurrent loop
@@ -181,12 +188,11 @@ def _chunk(q, k, v, beta, g, S0, C):
     v = v.view(B, H, N, C, Dv)
     beta, g = beta.view(B, H, N, C), g.view(B, H, N, C)
 
-    b = g.cumsum(-1)                                             # (B, H, N, C) log-decay from chunk start
-    idx = torch.arange(C, device=k.device)
-    causal = idx[:, None] >= idx[None, :]                        # (C, C) j <= i, diagonal included
-    # Gamma_ij = exp(b_i - b_j) for j <= i; above the diagonal the difference is masked to -inf
-    # *before* exp, so no positive exponent is ever formed.
-    gamma = (b[..., :, None] - b[..., None, :]).masked_fill(~causal, float("-inf")).exp()  # (B, H, N, C, C)
+    g = g[..., None]                                             # (B, H, N, C, 1) for the log-decay sums
+    b = decay_into(g)[..., 0]                                    # (B, H, N, C) log-decay from chunk start
+    # Gamma_ij = exp(g_{j+1} + ... + g_i) for j <= i and 0 above the diagonal (the exponent there
+    # is -inf): each exponent a direct sum of gates, exact for any g in [-inf, 0] (see _common).
+    gamma = decay_pairs(g)[..., 0].exp()                         # (B, H, N, C, C)
 
     kk = k @ k.transpose(-1, -2)                                 # (B, H, N, C, Dk) -> (B, H, N, C, C)
     A = beta[..., None] * kk * gamma                             # A_ij for j < i (used below the diagonal)
@@ -202,7 +208,7 @@ def _chunk(q, k, v, beta, g, S0, C):
 
     P = (q @ k.transpose(-1, -2)) * gamma                        # (B, H, N, C, C), zero above diagonal
     q_dec = q * b.exp()[..., None]                               # queries see S_0 decayed by e^{b_i}
-    k_dec = k * (b[..., -1:] - b).exp()[..., None]               # keys decayed to the chunk's end
+    k_dec = k * decay_after(g).exp()                             # keys decayed to the chunk's end
     chunk_decay = b[..., -1].exp()                               # (B, H, N) e^{b_C}
 
     S = k.new_zeros(B, H, Dk, Dv) if S0 is None else S0         # (B, H, Dk, Dv)

@@ -2,12 +2,13 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, resolve_impl
+from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
+                      decay_into, decay_pairs, finite_guard, resolve_impl)
 
 __all__ = ["gated_linear_attention"]
 
 SUB = 16  # sub-block length inside a chunk for per-channel decay (see _intra_channel)
-SPAN = 30.0  # largest log-decay a chunk may span for its one-matmul form (see _intra_channel_matmul)
+SPAN = 30.0  # largest log-decay a chunk may span for its one-matmul form (see _intra_channel)
 
 
 def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_size=64, scale=None):
@@ -45,13 +46,15 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
     B, H, T, Dk, Dv = check_qkv(q, k, v)
     per_channel = check_log_decay(g, q)
     check_chunk_size(chunk_size)
-    impl = resolve_impl(impl, q.device)
+    impl = resolve_impl(impl, q.device, q.dtype)
     out_dtype, acc = v.dtype, compute_dtype(q.dtype)
     if initial_state is None:
         S0 = q.new_zeros((B, H, Dk, Dv), dtype=acc)
     else:
         check_state(initial_state, (B, H, Dk, Dv), q.device)
         S0 = initial_state.to(acc)
+    if B * H * T == 0:                                     # empty in, empty out; the state passes through
+        return v.new_zeros(B, H, T, Dv), S0
     if scale is not None:
         q = q * scale
     if impl == "triton":
@@ -64,9 +67,9 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
     if impl == "recurrent":
         o, S = _recurrent(q, k, v, g, S0)
     elif impl == "parallel":
-        o, S = _parallel(q, k, v, g, S0, per_channel)
+        o, S = finite_guard(lambda q, k, v, g, _: _parallel(q, k, v, g, S0, per_channel), q, k, v, g)
     else:
-        o, S = _chunk(q, k, v, g, S0, per_channel, chunk_size)
+        o, S = finite_guard(lambda q, k, v, g, _: _chunk(q, k, v, g, S0, per_channel, chunk_size), q, k, v, g)
     return o.to(out_dtype), S
 
 
@@ -80,74 +83,53 @@ def _recurrent(q, k, v, g, S):
     return torch.stack(outs, dim=2), S
 
 
-def _decay_matrix(b):
-    """exp(b_i - b_j) for j <= i and 0 above the diagonal; b (..., L, 1) -> (..., L, L)."""
-    L = b.shape[-2]
-    causal = torch.ones(L, L, dtype=torch.bool, device=b.device).tril()
-    diff = b - b.transpose(-1, -2)                              # b_i - b_j: (..., L, L)
-    return torch.where(causal, diff, float("-inf")).exp()      # masked before exp: no overflow
-
-
-def _decay_scores(q, k, b):
-    """sum_d q_id k_jd exp(b_id - b_jd) for j <= i, else 0: (..., L, Dk) x3 -> (..., L, L), exact."""
-    L = q.shape[-2]
-    causal = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()[..., None]
-    diff = b[..., :, None, :] - b[..., None, :, :]             # (..., L, L, Dk)
-    decay = torch.where(causal, diff, float("-inf")).exp()
-    return torch.einsum("...id,...jd,...ijd->...ij", q, k, decay)
+def _decay_scores(q, k, D):
+    """sum_d q_id k_jd exp(D_ijd): q, k (..., L, Dk) and pair log-decays D (..., L, L, Dk) -> (..., L, L)."""
+    return torch.einsum("...id,...jd,...ijd->...ij", q, k, D.exp())
 
 
 def _parallel(q, k, v, g, S0, per_channel):
-    """All outputs at once from the global cumulative log-decay b_t = g_1 + ... + g_t."""
-    b = g.cumsum(dim=2)                                         # (B, H, T, 1 or Dk)
+    """All outputs at once, the whole sequence as one block: O = (QK^T * Gamma) V + (Q * e^b) S_0."""
     if per_channel:
-        A = _decay_scores(q, k, b)                              # (B, H, T, T) via a (T, T, Dk) tensor
+        A = _decay_scores(q, k, decay_pairs(g))                 # (B, H, T, T) via a (T, T, Dk) tensor
     else:
-        A = (q @ k.transpose(-1, -2)) * _decay_matrix(b)        # (B, H, T, T)
-    o = A @ v + (q * b.exp()) @ S0                              # the initial state decays by exp(b_t)
-    b_T = b[:, :, -1:]                                          # (B, H, 1, 1 or Dk)
-    S = b_T.transpose(-1, -2).exp() * S0 + (k * (b_T - b).exp()).transpose(-1, -2) @ v
+        A = (q @ k.transpose(-1, -2)) * decay_pairs(g)[..., 0].exp()   # (B, H, T, T)
+    into = decay_into(g)                                        # (B, H, T, 1 or Dk)
+    o = A @ v + (q * into.exp()) @ S0                           # the initial state decays by exp(b_t)
+    total = into[:, :, -1:].transpose(-1, -2)                   # (B, H, 1 or Dk, 1): decays rows of S
+    S = total.exp() * S0 + (k * decay_after(g).exp()).transpose(-1, -2) @ v
     return o, S
 
 
-def _intra_channel(q, k, b, sub=SUB):
-    """Per-channel decayed scores inside one chunk, (..., C, Dk) x3 -> (..., C, C).
+def _intra_channel(q, k, g, sub=SUB):
+    """Per-channel decayed scores inside one chunk, (..., C, Dk) x3 -> (..., C, C), 0 above the diagonal.
 
-    Sub-blocks of ``sub`` queries: on the diagonal the exact (sub, sub, Dk) form; left of it the
-    weight exp(b_i - b_j) is split at r, the sub-block's first token: exp(b_i - b_r) * exp(b_r - b_j),
-    two true decays in (0, 1] (j < r <= i), so a plain matmul is exact and cannot overflow
-    (the secondary chunking of GLA, Yang et al., 2023).
+    Mild chunks (the gates after the first sum to at least -SPAN in every channel) take one
+    matmul: the decay from j to i is exp(a_i) * exp(-a_j) with a the decay from token 0, both
+    factors within [e^-30, e^30], so each product keeps float32's relative accuracy. Other chunks
+    (strong decay, a hard reset) take sub-blocks of ``sub`` queries: on the diagonal the exact
+    (sub, sub, Dk) form; left of it the decay from j to i is split at the sub-block's first
+    token p as exp(g_{p+1} + .. + g_i) * exp(g_{j+1} + .. + g_p), two true decays in [0, 1], so
+    a plain matmul is exact and cannot overflow (the secondary chunking of GLA, Yang et al., 2023).
     """
+    a = decay_into(g, skip_first=True)                          # decay from token 0 to i: (..., C, Dk)
+    if (-a[..., -1, :]).max() <= SPAN:                          # False for -inf or NaN: sub-blocks
+        return ((q * a.exp()) @ (k * (-a).exp()).transpose(-1, -2)).tril()
     C = q.shape[-2]
     rows = []
     for p in range(0, C, sub):
         e = min(p + sub, C)
-        qi, bi = q[..., p:e, :], b[..., p:e, :]
+        gi = g[..., p:e, :]
         parts = []
         if p > 0:
-            r = b[..., p:p + 1, :]                              # b at the sub-block's first token
-            q_r = qi * (bi - r).exp()                           # (..., c, Dk), exponents <= 0
-            k_r = k[..., :p, :] * (r - b[..., :p, :]).exp()     # (..., p, Dk), exponents <= 0
-            parts.append(q_r @ k_r.transpose(-1, -2))           # (..., c, p)
-        parts.append(_decay_scores(qi, k[..., p:e, :], bi))     # (..., c, c)
+            q_p = q[..., p:e, :] * decay_into(gi, skip_first=True).exp()    # decay p -> i: (..., c, Dk)
+            k_p = k[..., :p, :] * decay_after(g[..., :p + 1, :])[..., :p, :].exp()  # j -> p: (..., p, Dk)
+            parts.append(q_p @ k_p.transpose(-1, -2))           # (..., c, p)
+        parts.append(_decay_scores(q[..., p:e, :], k[..., p:e, :], decay_pairs(gi)))   # (..., c, c)
         if e < C:
             parts.append(q.new_zeros(*q.shape[:-2], e - p, C - e))
         rows.append(torch.cat(parts, dim=-1))
     return torch.cat(rows, dim=-2)
-
-
-def _intra_channel_matmul(q, k, b):
-    """Per-channel decayed scores inside one chunk as one matmul, when the chunk's decay is mild.
-
-    exp(b_i - b_j) = exp(b_i - b_0) * exp(b_0 - b_j) with b_0 the chunk's first token: the first
-    factor is in (0, 1], the second in [1, exp(span)] where span = b_0 - b_(C-1) is the most the
-    chunk decays. The caller uses this form only when span <= SPAN (30), so neither factor
-    leaves float32's range (e^30 ~ 1e13) and each product carries float32's relative error;
-    a stronger decay goes through :func:`_intra_channel` instead. The weights above the diagonal
-    (j > i) are finite here and masked to 0 after the matmul.
-    """
-    b0 = b[..., :1, :]
-    return ((q * (b - b0).exp()) @ (k * (b0 - b).exp()).transpose(-1, -2)).tril()
 
 
 def _chunk(q, k, v, g, S0, per_channel, C):
@@ -156,20 +138,17 @@ def _chunk(q, k, v, g, S0, per_channel, C):
     N = -(-T // C)
     pad = N * C - T                                             # padded tokens: k = v = 0, g = 0
     q, k, v, g = (F.pad(x, (0, 0, 0, pad)).view(B, H, N, C, x.shape[-1]) for x in (q, k, v, g))
-    b = g.cumsum(dim=3)                                         # within-block cumulative log: (B, H, N, C, 1 or Dk)
-    if per_channel and (b[..., 0, :] - b[..., -1, :]).max() <= SPAN:
-        A = _intra_channel_matmul(q, k, b)                      # mild decay: one matmul per chunk
-    elif per_channel:
-        A = _intra_channel(q, k, b)                             # strong decay: exact sub-blocks
+    if per_channel:
+        A = _intra_channel(q, k, g)                             # (B, H, N, C, C)
     else:
-        A = (q @ k.transpose(-1, -2)) * _decay_matrix(b)        # (B, H, N, C, C)
-    b_last = b[..., -1:, :]                                     # (B, H, N, 1, 1 or Dk)
-    kv = (k * (b_last - b).exp()).transpose(-1, -2) @ v         # each block's decayed write: (B, H, N, Dk, Dv)
-    block_decay = b_last.transpose(-1, -2).exp()                # (B, H, N, 1 or Dk, 1): decays rows of S
+        A = (q @ k.transpose(-1, -2)) * decay_pairs(g)[..., 0].exp()
+    into = decay_into(g)                                        # block start -> token: (B, H, N, C, 1 or Dk)
+    kv = (k * decay_after(g).exp()).transpose(-1, -2) @ v      # each block's decayed write: (B, H, N, Dk, Dv)
+    block_decay = into[..., -1:, :].transpose(-1, -2).exp()     # (B, H, N, 1 or Dk, 1): decays rows of S
     S, S_prev = S0, []
     for n in range(N):                                          # the only sequential part: N = T / C steps
         S_prev.append(S)
         S = block_decay[:, :, n] * S + kv[:, :, n]
     S_prev = torch.stack(S_prev, dim=2)                         # state entering each block: (B, H, N, Dk, Dv)
-    o = A @ v + (q * b.exp()) @ S_prev                          # (B, H, N, C, Dv)
+    o = A @ v + (q * into.exp()) @ S_prev                       # (B, H, N, C, Dv)
     return o.reshape(B, H, N * C, -1)[:, :, :T], S

@@ -2,7 +2,7 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import check_chunk_size, check_qkv, check_state, compute_dtype, resolve_impl
+from ._common import check_chunk_size, check_qkv, check_state, compute_dtype, finite_guard, resolve_impl
 
 __all__ = ["linear_attention"]
 
@@ -40,18 +40,22 @@ def linear_attention(q, k, v, *, normalize=False, initial_state=None, impl=None,
     """
     B, H, T, Dk, Dv = check_qkv(q, k, v)
     check_chunk_size(chunk_size)
-    impl = resolve_impl(impl, q.device)
+    impl = resolve_impl(impl, q.device, q.dtype)
     acc = compute_dtype(q.dtype)
     S0, z0 = _initial_state(initial_state, normalize, (B, H, Dk, Dv), q, acc)
+    if B * H * T == 0:                                          # empty in, empty out; the state passes through
+        return v.new_zeros(B, H, T, Dv), ((S0, z0) if normalize else S0)
     if scale is not None:
         q = q * scale
     if impl == "triton":
         from .triton_linear import triton_linear_attention
         o, S, z = triton_linear_attention(q, k, v, S0, z0, normalize=normalize, eps=eps, chunk_size=chunk_size)
+    elif impl == "recurrent":
+        o, S, z = _recurrent(q.to(acc), k.to(acc), v.to(acc), S0, z0, eps)
     else:
-        fn = {"recurrent": _recurrent, "parallel": _parallel, "chunk": _chunk}[impl]
-        qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
-        o, S, z = fn(qa, ka, va, S0, z0, eps, chunk_size) if impl == "chunk" else fn(qa, ka, va, S0, z0, eps)
+        path = (lambda q, k, v, *_: _parallel(q, k, v, S0, z0, eps)) if impl == "parallel" else \
+               (lambda q, k, v, *_: _chunk(q, k, v, S0, z0, eps, chunk_size))
+        o, S, z = finite_guard(path, q.to(acc), k.to(acc), v.to(acc))
     return o.to(v.dtype), ((S, z) if normalize else S)
 
 
