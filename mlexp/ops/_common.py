@@ -17,6 +17,7 @@ __all__ = [
     "decay_after",
     "decay_pairs",
     "finite_guard",
+    "empty_output",
 ]
 
 # The implementations every op offers (an op may add or drop one; it passes its own list).
@@ -142,6 +143,20 @@ def resolve_impl(impl, device, dtype, choices=IMPLS):
                 "(what impl=None picks for float64) or cast the inputs to float32"
             )
     return impl
+
+
+def empty_output(v, *others):
+    """The output of an op on B = 0, H = 0 or T = 0: an empty (B, H, T, Dv) tensor in v's dtype.
+
+    Every op returns it before dispatch (so the Triton path never sees an empty launch), with the
+    initial state as the final state. It is v * 0 plus 0 * the sum of the other inputs, so
+    autograd gives every input a (zero, empty) gradient, as it would for any other shape.
+    """
+    o = v * 0
+    for x in others:
+        if x is not None:
+            o = o + 0 * x.sum()
+    return o
 
 
 # ----------------------------------------------------------------------------- log-decay sums

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
-                      decay_into, decay_pairs, finite_guard, resolve_impl)
+                      decay_into, decay_pairs, empty_output, finite_guard, resolve_impl)
 
 __all__ = ["delta_rule", "gated_delta_rule", "KEY_NORM_TOL"]
 
@@ -116,7 +116,7 @@ def _run(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk)
     acc = compute_dtype(q.dtype)                                 # fp16/bf16/fp32 -> fp32, fp64 stays
     if B * H * T == 0:                                           # empty in, empty out; the state passes through
         S0 = q.new_zeros(B, H, Dk, Dv, dtype=acc) if initial_state is None else initial_state.to(acc)
-        return v.new_zeros(B, H, T, Dv), S0
+        return empty_output(v, q, k, beta, g), S0
     if normalize_qk:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     else:

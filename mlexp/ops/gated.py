@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
-                      decay_into, decay_pairs, finite_guard, resolve_impl)
+                      decay_into, decay_pairs, empty_output, finite_guard, resolve_impl)
 
 __all__ = ["gated_linear_attention"]
 
@@ -54,7 +54,7 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
         check_state(initial_state, (B, H, Dk, Dv), q.device)
         S0 = initial_state.to(acc)
     if B * H * T == 0:                                     # empty in, empty out; the state passes through
-        return v.new_zeros(B, H, T, Dv), S0
+        return empty_output(v, q, k, g), S0
     if scale is not None:
         q = q * scale
     if impl == "triton":

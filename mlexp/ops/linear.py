@@ -2,7 +2,8 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import check_chunk_size, check_qkv, check_state, compute_dtype, finite_guard, resolve_impl
+from ._common import (check_chunk_size, check_qkv, check_state, compute_dtype, empty_output, finite_guard,
+                      resolve_impl)
 
 __all__ = ["linear_attention"]
 
@@ -44,7 +45,7 @@ def linear_attention(q, k, v, *, normalize=False, initial_state=None, impl=None,
     acc = compute_dtype(q.dtype)
     S0, z0 = _initial_state(initial_state, normalize, (B, H, Dk, Dv), q, acc)
     if B * H * T == 0:                                          # empty in, empty out; the state passes through
-        return v.new_zeros(B, H, T, Dv), ((S0, z0) if normalize else S0)
+        return empty_output(v, q, k), ((S0, z0) if normalize else S0)
     if scale is not None:
         q = q * scale
     if impl == "triton":
