@@ -1,5 +1,6 @@
 """Shared pieces of mlexp.ops: input checks, the dtype rule, dispatch, log-decay sums and the non-finite guard."""
 import importlib.util
+import math
 import os
 
 import torch
@@ -18,6 +19,10 @@ __all__ = [
     "decay_pairs",
     "finite_guard",
     "empty_output",
+    "SPAN",
+    "mild_decay",
+    "scan_states",
+    "matmul_add",
 ]
 
 # The implementations every op offers (an op may add or drop one; it passes its own list).
@@ -199,6 +204,50 @@ def decay_pairs(g):
     below = (idx[:, None] > idx[None, :])[:, :, None]                 # (L, L, 1): row t > column j
     D = torch.where(below, g[..., :, None, :], 0.0).cumsum(-3)          # (..., L, L, d)
     return D.masked_fill((idx[:, None] < idx[None, :])[:, :, None], float("-inf"))
+
+
+# The chunkwise forms need exp(D_ij) for every pair of a chunk. For most chunks a cheaper form is
+# exact enough: exp(b_i - b_j) = exp(b_i) * exp(-b_j) with b = decay_into(g), which turns the
+# decayed scores into one matmul of pre-scaled operands, (Q * e^b)(K * e^-b)^T. It holds to
+# float32's relative accuracy while e^-b stays within e^SPAN (~1e13); a chunk that decays more (a
+# hard reset, a strong gate, NaN) is "strong" and takes the exact form from decay_pairs instead.
+SPAN = 30.0
+
+
+def mild_decay(g, span=SPAN):
+    """Factors of the one-matmul form for blocks of gates g (..., C, d), and the blocks that cannot use it.
+
+    Returns (b, e_in, e_out, strong): b = decay_into(g); e_in = exp(b), in [0, 1]; e_out =
+    1 / max(e_in, e^-span), in [1, e^span]; strong (...,) bool, True for a block whose decay passes
+    e^-span in some channel (or is NaN). For the other blocks e_in_i * e_out_j = exp(b_i - b_j)
+    and e_in_last * e_out_j = exp(b_last - b_j); for strong blocks e_out is clamped only to stay
+    finite, and the caller replaces what it computes from them.
+    """
+    b = decay_into(g)
+    e_in = b.exp()
+    strong = ~(b[..., -1, :] >= -span).all(-1)                           # NaN compares False: strong
+    return b, e_in, e_in.clamp(min=math.exp(-span)).reciprocal(), strong
+
+
+def scan_states(S0, writes, decays=None):
+    """The state entering each block, and the final one: S_{n+1} = decays_n * S_n + writes_n.
+
+    S0 (B, H, Dk, Dv); writes (B, H, N, Dk, Dv); decays None or (B, H, N, Dk or 1, 1).
+    Returns (B, H, N, Dk, Dv) and (B, H, Dk, Dv). A loop of N cheap additions (faster on CPU than
+    a cumulative sum over the block axis, and exact for any decay in [0, 1]).
+    """
+    S, before = S0, []
+    for n in range(writes.shape[2]):
+        before.append(S)
+        S = (S if decays is None else decays[:, :, n] * S) + writes[:, :, n]
+    return torch.stack(before, dim=2), S
+
+
+def matmul_add(c, a, b):
+    """c + a @ b over any leading dims, as one fused batched matmul (torch.baddbmm)."""
+    lead = c.shape[:-2]
+    out = torch.baddbmm(c.reshape(-1, *c.shape[-2:]), a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    return out.view(*lead, *out.shape[-2:])
 
 
 # ----------------------------------------------------------------------------- non-finite inputs

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
-                      decay_into, decay_pairs, empty_output, finite_guard, resolve_impl)
+                      decay_pairs, empty_output, finite_guard, matmul_add, mild_decay, resolve_impl)
 
 __all__ = ["delta_rule", "gated_delta_rule", "KEY_NORM_TOL"]
 
@@ -158,20 +158,23 @@ def _recurrent(q, k, v, beta, g, S0):
 
 
 def _chunk(q, k, v, beta, g, S0, C):
-    """Chunkwise WY/UT form (Yang et al. 2024; gated: Yang et al. 2025). g may be None.
+    """Chunkwise WY/UT form (Yang et al. 2024; gated: Yang et al. 2025). g and S0 may be None.
 
     Derivation in one paragraph. Write u_t = beta_t (v_t - alpha_t S_{t-1}^T k_t) for what token t
     actually adds, so S_t = alpha_t S_{t-1} + k_t u_t^T. Unrolled from the chunk's incoming state
-    S_0 with cumulative log-decays b_t = g_1 + ... + g_t:
-        S_t = e^{b_t} S_0 + sum_{j<=t} e^{b_t - b_j} k_j u_j^T.
+    S_0 with log-decays b_t = g_1 + ... + g_t (decay_into) and Gamma_tj = exp(g_{j+1} + .. + g_t):
+        S_t = e^{b_t} S_0 + sum_{j<=t} Gamma_tj k_j u_j^T.
     Putting that into u_t gives a unit lower-triangular system for all u of the chunk at once:
-        (I + A) U = diag(beta) (V - diag(e^b) K S_0),   A_tj = beta_t e^{b_t - b_j} k_t.k_j (j < t)
-    so with T = (I + A)^-1 diag(beta), W = T diag(e^b) K and U~ = T V we get U = V' = U~ - W S_0
-    (the UT transform; W and U~ need no S_0 and are computed for every chunk in parallel). Then
-        O = diag(e^b) Q S_0 + (Q K^T * Gamma, causal incl. diagonal) V',   Gamma_ij = e^{b_i - b_j}
-        S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T V'.
-    Every exponent is <= 0, so nothing overflows. Without a gate b = 0 and all decays are 1.
-    A ragged tail is zero-padded: k = v = beta = g = 0 changes neither S nor the kept outputs.
+        (I + A) U = diag(beta) (V - diag(e^b) K S_0),   A_tj = beta_t Gamma_tj k_t.k_j (j < t)
+    so with W = (I + A)^-1 diag(beta) diag(e^b) K and U~ = (I + A)^-1 diag(beta) V we get
+    U = V' = U~ - W S_0 (the UT transform; W and U~ need no S_0 and are computed for every chunk
+    in parallel). Then
+        O = diag(e^b) Q S_0 + (Q K^T * Gamma, causal incl. diagonal) V',
+        S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T V'   (e^{b_C - b}: decay_after, a direct sum).
+    Gamma comes as one matmul of pre-scaled keys (K e^b)(K e^-b)^T for chunks that decay by at
+    most e^-30, exactly from decay_pairs for the others (a hard reset, a strong gate); see
+    _common.mild_decay. Without a gate all decays are 1. A ragged tail is zero-padded:
+    k = v = beta = g = 0 changes neither S nor the kept outputs.
     """
     B, H, T, Dk = k.shape
     Dv = v.shape[-1]
@@ -179,43 +182,60 @@ def _chunk(q, k, v, beta, g, S0, C):
     pad = N * C - T
     if N == 0:                                                   # empty sequence: nothing is written
         return v.new_zeros(v.shape), (k.new_zeros(B, H, Dk, Dv) if S0 is None else S0)
-    if g is None:
-        g = beta.new_zeros(beta.shape)
     if pad:
         q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
-        beta, g = F.pad(beta, (0, pad)), F.pad(g, (0, pad))
-    q, k = q.view(B, H, N, C, Dk), k.view(B, H, N, C, Dk)        # (B, H, T, D) -> (B, H, N, C, D)
-    v = v.view(B, H, N, C, Dv)
-    beta, g = beta.view(B, H, N, C), g.view(B, H, N, C)
+        beta, g = F.pad(beta, (0, pad)), (None if g is None else F.pad(g, (0, pad)))
+    q, k = q.reshape(B, H, N, C, Dk), k.reshape(B, H, N, C, Dk)  # (B, H, T, D) -> (B, H, N, C, D)
+    v, beta = v.reshape(B, H, N, C, Dv), beta.reshape(B, H, N, C, 1)
 
-    g = g[..., None]                                             # (B, H, N, C, 1) for the log-decay sums
-    b = decay_into(g)[..., 0]                                    # (B, H, N, C) log-decay from chunk start
-    # Gamma_ij = exp(g_{j+1} + ... + g_i) for j <= i and 0 above the diagonal (the exponent there
-    # is -inf): each exponent a direct sum of gates, exact for any g in [-inf, 0] (see _common).
-    gamma = decay_pairs(g)[..., 0].exp()                         # (B, H, N, C, C)
-
-    kk = k @ k.transpose(-1, -2)                                 # (B, H, N, C, Dk) -> (B, H, N, C, C)
-    A = beta[..., None] * kk * gamma                             # A_ij for j < i (used below the diagonal)
-    # (I + A)^-1 by forward substitution: a unit lower-triangular solve against the identity,
-    # exact, no pivoting. With unitriangular=True the solver reads only the strictly lower
-    # triangle of A and takes the diagonal as 1, i.e. it inverts I + tril(A, -1) (and sends
-    # gradients only there). Solving for the C x C inverse and then multiplying is faster on CPU
-    # than solving for the Dk + Dv right-hand sides directly.
-    eye = torch.eye(C, dtype=k.dtype, device=k.device).expand(A.shape)
-    T_mat = torch.linalg.solve_triangular(A, eye, upper=False, unitriangular=True) * beta[..., None, :]
-    W = T_mat @ (b.exp()[..., None] * k)                         # (B, H, N, C, C) @ (.., C, Dk) -> (.., C, Dk)
-    U = T_mat @ v                                                # (B, H, N, C, Dv)
-
-    P = (q @ k.transpose(-1, -2)) * gamma                        # (B, H, N, C, C), zero above diagonal
-    q_dec = q * b.exp()[..., None]                               # queries see S_0 decayed by e^{b_i}
-    k_dec = k * decay_after(g).exp()                             # keys decayed to the chunk's end
-    chunk_decay = b[..., -1].exp()                               # (B, H, N) e^{b_C}
+    if g is None:                                                # no decay: every factor is 1
+        q_in, k_in, k_out, k_end = q, k, k, k
+    else:
+        g = g.reshape(B, H, N, C, 1)
+        b, e_in, e_out, strong = mild_decay(g)                   # (B, H, N, C, 1) x3, (B, H, N)
+        q_in, k_in, k_out = q * e_in, k * e_in, k * e_out        # decayed from / back to the chunk start
+        k_end = k_out * e_in[..., -1:, :]                        # keys decayed to the chunk's end
+    kb = beta * k_in                                             # diag(beta) diag(e^b) K: (B, H, N, C, Dk)
+    A = kb @ k_out.transpose(-1, -2)                             # beta_t Gamma_tj k_t.k_j (read below the diagonal)
+    P = (q_in @ k_out.transpose(-1, -2)).tril_()                 # Q K^T * Gamma, causal: (B, H, N, C, C)
+    if g is not None and bool(strong.any()):
+        gamma = decay_pairs(g[strong])[..., 0].exp()             # exact decays of the strong chunks
+        kk = k[strong] @ k[strong].transpose(-1, -2)
+        A = A.index_put((strong,), beta[strong] * kk * gamma)
+        P = P.index_put((strong,), (q[strong] @ k[strong].transpose(-1, -2)) * gamma)
+        k_end = k_end.index_put((strong,), k[strong] * decay_after(g[strong]).exp())
+    inv = _unit_lower_inverse(A)                                 # (I + A)^-1, A strictly lower
+    W = inv @ kb                                                 # (B, H, N, C, Dk)
+    U = inv @ (beta * v)                                         # (B, H, N, C, Dv)
 
     S = k.new_zeros(B, H, Dk, Dv) if S0 is None else S0         # (B, H, Dk, Dv)
-    out = []
+    chunk_decay = None if g is None else b[..., -1:, :].exp()    # (B, H, N, 1, 1) e^{b_C}
+    S_prev, V_new = [], []
     for n in range(N):                                           # only the state is sequential
-        V_new = U[:, :, n] - W[:, :, n] @ S                      # (B, H, C, Dv) V' = U~ - W S
-        out.append(q_dec[:, :, n] @ S + P[:, :, n] @ V_new)     # (B, H, C, Dv)
-        S = chunk_decay[:, :, n, None, None] * S + k_dec[:, :, n].transpose(-1, -2) @ V_new
-    o = torch.stack(out, dim=2).reshape(B, H, N * C, Dv)[:, :, :T]
-    return o, S
+        S_prev.append(S)
+        V_new.append(torch.baddbmm(U[:, :, n].flatten(0, 1), W[:, :, n].flatten(0, 1), S.flatten(0, 1),
+                                   alpha=-1).view(B, H, C, Dv))  # V' = U~ - W S
+        S_dec = S if g is None else chunk_decay[:, :, n] * S
+        S = matmul_add(S_dec, k_end[:, :, n].transpose(-1, -2), V_new[-1])
+    S_prev, V_new = torch.stack(S_prev, dim=2), torch.stack(V_new, dim=2)
+    o = matmul_add(q_in @ S_prev, P, V_new)                      # (B, H, N, C, Dv)
+    return o.reshape(B, H, N * C, Dv)[:, :, :T], S
+
+
+def _unit_lower_inverse(A, base=16):
+    """(I + L)^-1 with L the strictly lower triangle of A (..., n, n); A's diagonal and upper part are not read.
+
+    2 x 2 block recursion, [[L11, 0], [L21, L22]]^-1 = [[X11, 0], [-X22 L21 X11, X22]], down to
+    blocks of ``base``, which a unit lower-triangular solve against the identity inverts by
+    forward substitution. Exact (no pivoting needed), differentiable, and on CPU about twice as
+    fast as one solve for the whole (n, n) block.
+    """
+    n = A.shape[-1]
+    if n <= base:
+        eye = torch.eye(n, dtype=A.dtype, device=A.device).expand(A.shape)
+        return torch.linalg.solve_triangular(A, eye, upper=False, unitriangular=True)
+    h = n // 2
+    X11, X22 = _unit_lower_inverse(A[..., :h, :h], base), _unit_lower_inverse(A[..., h:, h:], base)
+    X21 = -(X22 @ A[..., h:, :h]) @ X11
+    top = torch.cat([X11, X11.new_zeros(*X11.shape[:-1], n - h)], dim=-1)
+    return torch.cat([top, torch.cat([X21, X22], dim=-1)], dim=-2)

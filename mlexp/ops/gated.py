@@ -2,13 +2,13 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
-                      decay_into, decay_pairs, empty_output, finite_guard, resolve_impl)
+from ._common import (SPAN, check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
+                      decay_into, decay_pairs, empty_output, finite_guard, matmul_add, mild_decay,
+                      resolve_impl, scan_states)
 
 __all__ = ["gated_linear_attention"]
 
-SUB = 16  # sub-block length inside a chunk for per-channel decay (see _intra_channel)
-SPAN = 30.0  # largest log-decay a chunk may span for its one-matmul form (see _intra_channel)
+SUB = 16  # sub-block length inside a strongly decaying chunk for per-channel decay (see _exact_scores)
 
 
 def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_size=64, scale=None):
@@ -101,20 +101,17 @@ def _parallel(q, k, v, g, S0, per_channel):
     return o, S
 
 
-def _intra_channel(q, k, g, sub=SUB):
-    """Per-channel decayed scores inside one chunk, (..., C, Dk) x3 -> (..., C, C), 0 above the diagonal.
+def _exact_scores(q, k, g, sub=SUB):
+    """Decayed causal scores of blocks that decay strongly: (M, C, Dk) x2, g (M, C, 1 or Dk) -> (M, C, C).
 
-    Mild chunks (the gates after the first sum to at least -SPAN in every channel) take one
-    matmul: the decay from j to i is exp(a_i) * exp(-a_j) with a the decay from token 0, both
-    factors within [e^-30, e^30], so each product keeps float32's relative accuracy. Other chunks
-    (strong decay, a hard reset) take sub-blocks of ``sub`` queries: on the diagonal the exact
-    (sub, sub, Dk) form; left of it the decay from j to i is split at the sub-block's first
-    token p as exp(g_{p+1} + .. + g_i) * exp(g_{j+1} + .. + g_p), two true decays in [0, 1], so
-    a plain matmul is exact and cannot overflow (the secondary chunking of GLA, Yang et al., 2023).
+    A scalar gate takes the (C, C) decay matrix exp(decay_pairs). A per-channel gate takes
+    sub-blocks of ``sub`` queries: on the diagonal the exact (sub, sub, Dk) form; left of it the
+    decay from j to i is split at the sub-block's first token p as
+    exp(g_{p+1} + .. + g_i) * exp(g_{j+1} + .. + g_p), two true decays in [0, 1], so a plain
+    matmul is exact and cannot overflow (the secondary chunking of GLA, Yang et al., 2023).
     """
-    a = decay_into(g, skip_first=True)                          # decay from token 0 to i: (..., C, Dk)
-    if (-a[..., -1, :]).max() <= SPAN:                          # False for -inf or NaN: sub-blocks
-        return ((q * a.exp()) @ (k * (-a).exp()).transpose(-1, -2)).tril()
+    if g.shape[-1] == 1:
+        return (q @ k.transpose(-1, -2)) * decay_pairs(g)[..., 0].exp()
     C = q.shape[-2]
     rows = []
     for p in range(0, C, sub):
@@ -133,22 +130,27 @@ def _intra_channel(q, k, g, sub=SUB):
 
 
 def _chunk(q, k, v, g, S0, per_channel, C):
-    """Chunkwise form: decayed masked scores inside each block of C tokens, the state across blocks."""
+    """Chunkwise form: decayed masked scores inside each block of C tokens, the state across blocks.
+
+    Inside a block, O = (Q K^T * Gamma) V + (Q * e^b) S_prev with b = decay_into(g). Most blocks
+    form Q K^T * Gamma as one matmul (Q * e^b)(K * e^-b)^T (see _common.mild_decay); blocks
+    that decay by more than e^-30 (a hard reset, a strong gate) get the exact scores instead.
+    """
     B, H, T, Dk = q.shape
     N = -(-T // C)
     pad = N * C - T                                             # padded tokens: k = v = 0, g = 0
-    q, k, v, g = (F.pad(x, (0, 0, 0, pad)).view(B, H, N, C, x.shape[-1]) for x in (q, k, v, g))
-    if per_channel:
-        A = _intra_channel(q, k, g)                             # (B, H, N, C, C)
-    else:
-        A = (q @ k.transpose(-1, -2)) * decay_pairs(g)[..., 0].exp()
-    into = decay_into(g)                                        # block start -> token: (B, H, N, C, 1 or Dk)
-    kv = (k * decay_after(g).exp()).transpose(-1, -2) @ v      # each block's decayed write: (B, H, N, Dk, Dv)
-    block_decay = into[..., -1:, :].transpose(-1, -2).exp()     # (B, H, N, 1 or Dk, 1): decays rows of S
-    S, S_prev = S0, []
-    for n in range(N):                                          # the only sequential part: N = T / C steps
-        S_prev.append(S)
-        S = block_decay[:, :, n] * S + kv[:, :, n]
-    S_prev = torch.stack(S_prev, dim=2)                         # state entering each block: (B, H, N, Dk, Dv)
-    o = A @ v + (q * into.exp()) @ S_prev                       # (B, H, N, C, Dv)
+    if pad:
+        q, k, v, g = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v, g))
+    q, k, v, g = (x.reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v, g))
+    b, e_in, e_out, strong = mild_decay(g)                      # (B, H, N, C, 1 or Dk) x3, (B, H, N)
+    q_in, k_out = q * e_in, k * e_out                           # decayed from / back to the block start
+    A = (q_in @ k_out.transpose(-1, -2)).tril_()                # (B, H, N, C, C)
+    k_end = k_out * e_in[..., -1:, :]                           # keys decayed to the block's end
+    if bool(strong.any()):                                      # exact scores and decays for those blocks
+        A = A.index_put((strong,), _exact_scores(q[strong], k[strong], g[strong]))
+        k_end = k_end.index_put((strong,), k[strong] * decay_after(g[strong]).exp())
+    kv = k_end.transpose(-1, -2) @ v                            # each block's decayed write: (B, H, N, Dk, Dv)
+    block_decay = b[..., -1:, :].transpose(-1, -2).exp()        # (B, H, N, 1 or Dk, 1): decays rows of S
+    S_prev, S = scan_states(S0, kv, block_decay)                # state entering each block: (B, H, N, Dk, Dv)
+    o = matmul_add(q_in @ S_prev, A, v)                         # (B, H, N, C, Dv)
     return o.reshape(B, H, N * C, -1)[:, :, :T], S

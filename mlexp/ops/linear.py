@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from ._common import (check_chunk_size, check_qkv, check_state, compute_dtype, empty_output, finite_guard,
-                      resolve_impl)
+                      matmul_add, resolve_impl, scan_states)
 
 __all__ = ["linear_attention"]
 
@@ -94,7 +94,7 @@ def _recurrent(q, k, v, S, z, eps):
 
 def _parallel(q, k, v, S0, z0, eps):
     """All T outputs at once through the masked T x T score matrix (quadratic in T)."""
-    A = (q @ k.transpose(-1, -2)).tril()                       # (B, H, T, Dk) x (B, H, Dk, T) -> (B, H, T, T)
+    A = (q @ k.transpose(-1, -2)).tril_()                      # (B, H, T, Dk) x (B, H, Dk, T) -> (B, H, T, T)
     o = A @ v + q @ S0                                          # (B, H, T, Dv)
     S = S0 + k.transpose(-1, -2) @ v                            # (B, H, Dk, Dv)
     z = None
@@ -118,14 +118,10 @@ def _chunk(q, k, v, S0, z0, eps, C):
     pad = N * C - T                                             # zero tokens add nothing to S or z
     q, k, v = (F.pad(x, (0, 0, 0, pad)) if pad else x for x in (q, k, v))
     q, k, v = (x.reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v))
-    A = (q @ k.transpose(-1, -2)).tril()                       # (B, H, N, C, Dk) x (.., Dk, C) -> (B, H, N, C, C)
+    A = (q @ k.transpose(-1, -2)).tril_()                      # (B, H, N, C, Dk) x (.., Dk, C) -> (B, H, N, C, C)
     kv = k.transpose(-1, -2) @ v                                # each block's write: (B, H, N, Dk, Dv)
-    S, S_prev = S0, []
-    for n in range(N):                                          # (a loop beats kv.cumsum(2) on CPU)
-        S_prev.append(S)
-        S = S + kv[:, :, n]
-    S_prev = torch.stack(S_prev, dim=2)                         # state entering each block: (B, H, N, Dk, Dv)
-    o = A @ v + q @ S_prev                                      # (B, H, N, C, Dv)
+    S_prev, S = scan_states(S0, kv)                             # state entering each block: (B, H, N, Dk, Dv)
+    o = matmul_add(q @ S_prev, A, v)                            # (B, H, N, C, Dv)
     z = None
     if z0 is not None:
         z_after = z0[:, :, None] + k.sum(3).cumsum(dim=2)      # normaliser after each block: (B, H, N, Dk)
