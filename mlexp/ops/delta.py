@@ -44,8 +44,24 @@ def delta_rule(q, k, v, beta, *, initial_state=None, impl=None, chunk_size=64, s
         float32 (float64 for float64 inputs). fp16/bf16 inputs are computed in float32.
 
     Raises:
-        ValueError: wrong shapes, dtypes or devices, keys not L2-normalised, beta outside [0, 2],
-            an unknown impl, a bad chunk size, or "triton" where it cannot run.
+        ValueError: wrong shapes, dtypes or devices, keys not L2-normalised (an infinite key is
+            not; with normalize_qk=True it becomes NaN), beta outside [0, 2], an unknown impl, a
+            bad chunk size, or "triton" where it cannot run (no triton, a CPU tensor without
+            TRITON_INTERPRET=1, float64 inputs).
+
+    Non-finite inputs: a NaN or +-inf in q spoils only that token's output; one in k, v, beta (NaN)
+        or g
+        spoils that token's output, every later output of its batch and head, and the final
+        state (all NaN), and nothing before it, on every path (see _common.finite_guard).
+
+    Example (the same key written twice with beta = 1: the second value replaces the first):
+
+        >>> import torch
+        >>> k = torch.tensor([1.0, 0.0]).expand(1, 1, 2, 2)
+        >>> v = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])
+        >>> o, S = delta_rule(k, k, v, torch.ones(1, 1, 2))
+        >>> o[0, 0].tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
     """
     return _run(q, k, v, beta, None, initial_state, impl, chunk_size, scale, normalize_qk)
 
@@ -59,12 +75,22 @@ def gated_delta_rule(q, k, v, beta, g, *, initial_state=None, impl=None, chunk_s
     Rule"). Arguments and returns as in :func:`delta_rule`, plus
 
     Args:
-        g: (B, H, T) log-decay, g <= 0 (alpha = exp(g) in (0, 1]); e.g. ``F.logsigmoid(x)``.
-            Inside a chunk, decays between tokens are formed as exp(b_i - b_j) from cumulative
-            sums b of g, never as exp(b_i) * exp(-b_j), which overflows for long chunks.
+        g: (B, H, T) log-decay, g <= 0 (alpha = exp(g) in [0, 1]); e.g. ``F.logsigmoid(x)``;
+            g = -inf is a hard reset. Decays between tokens are direct sums of the gates they
+            span (as in :func:`mlexp.ops.gated_linear_attention`), exact for any g in [-inf, 0].
 
     Raises:
         ValueError: as :func:`delta_rule`, and when g has a positive entry or the wrong shape.
+
+    Example (a hard reset at token 1 with beta = 1/2, then two halvings):
+
+        >>> import torch
+        >>> q = k = v = torch.ones(1, 1, 4, 1)
+        >>> half = torch.tensor(0.5).log().item()
+        >>> g = torch.tensor([[[0.0, float("-inf"), half, half]]])
+        >>> o, S = gated_delta_rule(q, k, v, torch.full((1, 1, 4), 0.5), g)
+        >>> [round(x, 4) for x in o.flatten().tolist()]
+        [0.5, 0.5, 0.625, 0.6562]
     """
     if g is None:
         raise ValueError("gated_delta_rule needs g (B, H, T); use delta_rule for no decay")

@@ -14,14 +14,16 @@ SUB = 16  # sub-block length inside a strongly decaying chunk for per-channel de
 def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_size=64, scale=None):
     """Linear attention with a decaying state: S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T, o_t = q_t^T S_t.
 
-    The decay is given in log space, g = log(alpha) <= 0. A pair written s steps before t is read
-    with weight exp(g_{t-s+1} + ... + g_t) = exp(b_t - b_{t-s}) where b is the cumulative sum of
-    g; every implementation forms such weights as a difference of cumulative logs, never as
-    exp(b_t) * exp(-b_{t-s}), which overflows once b is large and negative.
+    The decay is given in log space, g = log(alpha) <= 0; g = -inf is a hard reset (alpha = 0,
+    e.g. at a document boundary). A pair written at token j is read at token i with weight
+    exp(g_{j+1} + ... + g_i). Every path forms that exponent as a direct sum of the gates it
+    spans (_common.decay_pairs, decay_into, decay_after), never as a difference of two running
+    sums, which gives NaN after a -inf gate and loses the small gates after a large one; so any
+    g in [-inf, 0] gives the loop's answer to float32 accuracy. Chunks that decay by at most
+    e^-30 form their decayed scores as one matmul, (Q e^b)(K e^-b)^T (_common.mild_decay).
     Sources: RetNet (Sun et al., 2023) and Mamba-2 (Dao and Gu, 2024) for a scalar decay per
     head (and token); GLA (Yang et al., 2023) for a decay per key channel and the sub-block
-    chunkwise form used here when a chunk decays strongly (more than e^30; milder chunks take
-    one matmul, see _intra_channel_matmul).
+    chunkwise form used for chunks that decay strongly.
 
     Args:
         q, k: (B, H, T, Dk); v: (B, H, T, Dv). One floating dtype and one device; float16 and
@@ -41,7 +43,22 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
         float64 inputs).
 
     Raises:
-        ValueError: wrong shapes, dtypes or devices, a positive g, a bad ``impl`` or ``chunk_size``.
+        ValueError: wrong shapes, dtypes or devices, a positive g, a bad ``impl`` or ``chunk_size``,
+            or "triton" requested where it cannot run (see :func:`linear_attention`).
+
+    Non-finite inputs: a NaN or +-inf in q spoils only that token's output; one in k, v or g (NaN;
+        -inf is a reset)
+        spoils that token's output, every later output of its batch and head, and the final
+        state (all NaN), and nothing before it, on every path (see _common.finite_guard).
+
+    Example (decay 1/2 per token: the state is 1, 1.5, 1.75):
+
+        >>> import torch
+        >>> q = k = v = torch.ones(1, 1, 3, 1)
+        >>> g = torch.full((1, 1, 3), 0.5).log()
+        >>> o, S = gated_linear_attention(q, k, v, g)
+        >>> [round(x, 4) for x in o.flatten().tolist()]
+        [1.0, 1.5, 1.75]
     """
     B, H, T, Dk, Dv = check_qkv(q, k, v)
     per_channel = check_log_decay(g, q)

@@ -37,7 +37,21 @@ def linear_attention(q, k, v, *, normalize=False, initial_state=None, impl=None,
 
     Raises:
         ValueError: wrong shapes, dtypes or devices (messages say which argument), a bad
-            ``impl`` or ``chunk_size``, or "triton" requested where it cannot run.
+            ``impl`` or ``chunk_size``, or "triton" requested where it cannot run (no triton,
+            a CPU tensor without TRITON_INTERPRET=1, float64 inputs).
+
+    Non-finite inputs: a NaN or +-inf in q spoils only that token's output; one in k, v
+        spoils that token's output, every later output of its batch and head, and the final
+        state (all NaN), and nothing before it, on every path (see _common.finite_guard).
+
+    Example (keys (1, 0) and (0, 1): each query reads the value written under its key):
+
+        >>> import torch
+        >>> q = k = torch.eye(2).view(1, 1, 2, 2)
+        >>> v = torch.tensor([[[[1.0, 2.0], [3.0, 4.0]]]])
+        >>> o, S = linear_attention(q, k, v)
+        >>> o[0, 0].tolist(), S[0, 0].tolist()
+        ([[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [3.0, 4.0]])
     """
     B, H, T, Dk, Dv = check_qkv(q, k, v)
     check_chunk_size(chunk_size)
