@@ -234,18 +234,60 @@ def _chunk(q, k, v, beta, g, S0, C):
     W = inv @ kb                                                 # (B, H, N, C, Dk)
     U = inv @ (beta * v)                                         # (B, H, N, C, Dv)
 
-    S = k.new_zeros(B, H, Dk, Dv) if S0 is None else S0         # (B, H, Dk, Dv)
+    S0 = k.new_zeros(B, H, Dk, Dv) if S0 is None else S0        # (B, H, Dk, Dv)
     chunk_decay = None if g is None else b[..., -1:, :].exp()    # (B, H, N, 1, 1) e^{b_C}
-    S_prev, V_new = [], []
-    for n in range(N):                                           # only the state is sequential
-        S_prev.append(S)
-        V_new.append(torch.baddbmm(U[:, :, n].flatten(0, 1), W[:, :, n].flatten(0, 1), S.flatten(0, 1),
-                                   alpha=-1).view(B, H, C, Dv))  # V' = U~ - W S
-        S_dec = S if g is None else chunk_decay[:, :, n] * S
-        S = matmul_add(S_dec, k_end[:, :, n].transpose(-1, -2), V_new[-1])
-    S_prev, V_new = torch.stack(S_prev, dim=2), torch.stack(V_new, dim=2)
+    S_prev, V_new, S = _StateScan.apply(U, W, k_end, chunk_decay, S0)   # the only sequential part
     o = matmul_add(q_in @ S_prev, P, V_new)                      # (B, H, N, C, Dv)
     return o.reshape(B, H, N * C, Dv)[:, :, :T], S
+
+
+class _StateScan(torch.autograd.Function):
+    """The sequential part of the chunkwise form, chunk by chunk, with a hand-written backward.
+
+    Forward, from S_0 = S0: V'_n = U_n - W_n S_n and S_{n+1} = d_n S_n + K_n^T V'_n (K: keys
+    decayed to the chunk's end, d: the chunk's decay e^{b_C}, 1 without a gate). Returns the
+    states entering each chunk (B, H, N, Dk, Dv), V' (B, H, N, C, Dv) and the final state.
+    Backward, with G the gradient of S_{n+1}, walking back:
+        dV'_n += K_n G,  G <- d_n G + dS_n - W_n^T dV'_n,
+    and then, batched over all chunks at once: dU = dV', dW = -dV' S_n^T, dK = V' G^T and
+    dd_n = sum(G * S_n). Two small matmuls per chunk stay in the loop each way, instead of the
+    dozen autograd nodes per chunk of the same loop written with plain tensor ops.
+    """
+
+    @staticmethod
+    def forward(ctx, U, W, K, decay, S0):
+        B, H, N, C, Dv = U.shape
+        U, W, K = (x.flatten(0, 1) for x in (U, W, K))          # (B*H, N, C, D)
+        d = None if decay is None else decay.flatten(0, 1)      # (B*H, N, 1, 1)
+        S, S_prev, V_new = S0.flatten(0, 1), [], []
+        for n in range(N):
+            S_prev.append(S)
+            V_new.append(torch.baddbmm(U[:, n], W[:, n], S, alpha=-1))            # V' = U - W S
+            S = torch.baddbmm(S if d is None else d[:, n] * S, K[:, n].transpose(1, 2), V_new[-1])
+        S_prev, V_new = torch.stack(S_prev, dim=1), torch.stack(V_new, dim=1)
+        ctx.save_for_backward(W, K, d, S_prev, V_new)
+        ctx.BH = (B, H)
+        return S_prev.view(B, H, *S_prev.shape[1:]), V_new.view(B, H, N, C, Dv), S.view(S0.shape)
+
+    @staticmethod
+    def backward(ctx, dS_prev, dV_new, dS):
+        W, K, d, S_prev, V_new = ctx.saved_tensors
+        BH, N = S_prev.shape[:2]
+        dS_prev = torch.zeros_like(S_prev) if dS_prev is None else dS_prev.reshape(S_prev.shape)
+        dV_new = torch.zeros_like(V_new) if dV_new is None else dV_new.reshape(V_new.shape)
+        G = torch.zeros_like(S_prev[:, 0]) if dS is None else dS.reshape(S_prev[:, 0].shape)
+        dV, G_after = [None] * N, [None] * N
+        for n in reversed(range(N)):
+            G_after[n] = G
+            dV[n] = torch.baddbmm(dV_new[:, n], K[:, n], G)                    # dV'_n + K_n G
+            G = torch.baddbmm((G if d is None else d[:, n] * G) + dS_prev[:, n],
+                              W[:, n].transpose(1, 2), dV[n], alpha=-1)
+        dV, G_after = torch.stack(dV, dim=1), torch.stack(G_after, dim=1)   # (B*H, N, ...)
+        need = ctx.needs_input_grad
+        dW = -(dV @ S_prev.transpose(-1, -2)) if need[1] else None
+        dK = V_new @ G_after.transpose(-1, -2) if need[2] else None
+        dd = (G_after * S_prev).sum((-1, -2), keepdim=True) if d is not None and need[3] else None
+        return tuple(None if x is None else x.view(*ctx.BH, *x.shape[1:]) for x in (dV, dW, dK, dd, G))
 
 
 def _unit_lower_inverse(A, base=16):
