@@ -237,9 +237,10 @@ def scan_states(S0, writes, decays=None):
     a cumulative sum over the block axis, and exact for any decay in [0, 1]).
     """
     S, before = S0, []
-    for n in range(writes.shape[2]):
-        before.append(S)
-        S = (S if decays is None else decays[:, :, n] * S) + writes[:, :, n]
+    decays = [None] * writes.shape[2] if decays is None else decays.unbind(2)
+    for write, decay in zip(writes.unbind(2), decays):     # unbind: one stack in the backward, not
+        before.append(S)                                    # a zero-filled full-size gradient per slice
+        S = (S if decay is None else decay * S) + write
     return torch.stack(before, dim=2), S
 
 
