@@ -240,7 +240,7 @@ def scan_states(S0, writes, decays=None):
     decays = [None] * writes.shape[2] if decays is None else decays.unbind(2)
     for write, decay in zip(writes.unbind(2), decays):     # unbind: one stack in the backward, not
         before.append(S)                                    # a zero-filled full-size gradient per slice
-        S = (S if decay is None else decay * S) + write
+        S = S + write if decay is None else torch.addcmul(write, decay, S)
     return torch.stack(before, dim=2), S
 
 
