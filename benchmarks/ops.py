@@ -151,6 +151,20 @@ def chunk_flops(name, T, D, C):
     return N * (4 * C * C * D + 4 * C * D * D)
 
 
+def warm_up(a, device):
+    """Run every op (forward and backward) and the matmul a few times before anything is timed.
+
+    A fresh process pays for its first large allocations (the allocator maps new pages and
+    learns its thresholds); without this, whichever op is timed first looks 1.5-2x slower.
+    """
+    x = family_inputs(a.batch, a.heads, a.family_T, a.head_dim, device, grad=True)
+    m = torch.randn(a.matmul_n, a.matmul_n, device=device)
+    for _ in range(3):
+        for op in FAMILY.values():
+            fwd_bwd(lambda: op("chunk", x, a.chunk))()
+        m @ m
+
+
 def flop_table(a, device):
     """Goal 1: every op's chunkwise forward FLOP/s against a 1024^3 matmul timed interleaved with it."""
     B, H, D, C, T = a.batch, a.heads, a.head_dim, a.chunk, a.family_T
@@ -359,6 +373,7 @@ def main():
     print(f"# B={a.batch}, H={a.heads}, head_dim={a.head_dim}, chunk C={a.chunk}, float32, "
           f"{torch.get_num_threads()} thread(s), {device}; median of {a.repeats} runs +- IQR/median; "
           f"clock: {'this thread' + chr(39) + 's CPU time' if clock == 'cpu' else 'wall'}")
+    warm_up(a, device)
     shares = flop_table(a, device)
     vs_fla = fla_table(a, device)
     edge_costs(a, device)
