@@ -173,6 +173,12 @@ def flop_table(a, device):
     print(f"\n## chunkwise forward FLOP/s vs a {n}^3 torch.matmul timed beside it, T={T}")
     print("share: the op's FLOP/s over the matmul's, run by run (each pair back to back), median +- IQR/median")
     print(f"{'op':>18} {'chunk forward':>23} {'matmul':>23} {'GFLOP/s':>8} {'share':>12} {'goal':>5}")
+    tiles = torch.randn(B * H * (-(-T // C)), C, D, device=device)   # the shape of every matmul of the chunk form
+    t_tile, t_mm = measure([lambda: torch.bmm(tiles, tiles.transpose(1, 2)), lambda: x_mm @ y_mm], device, a.repeats)
+    inv, spread = paired(t_tile, t_mm)
+    rate = 2 * tiles.shape[0] * C * C * D / t_tile.median
+    print(f"{'(C, D) @ (D, C) bmm':>18} {show(t_tile, a.busy)} {show(t_mm, a.busy)} {rate / 1e9:>8.1f} "
+          f"{tiles.shape[0] * C * C * D / n ** 3 / inv:>5.0%} +-{spread:3.0%}        the ceiling: batched tiles alone")
     results = {}
     for name, op in FAMILY.items():
         x = family_inputs(B, H, T, D, device)

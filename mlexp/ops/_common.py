@@ -226,7 +226,8 @@ def mild_decay(g, span=SPAN):
     b = decay_into(g)
     e_in = b.exp()
     strong = ~(b[..., -1, :] >= -span).all(-1)                           # NaN compares False: strong
-    return b, e_in, e_in.clamp(min=math.exp(-span)).reciprocal(), strong
+    e_out = e_in.clamp(min=math.exp(-span)).reciprocal() if bool(strong.any()) else e_in.reciprocal()
+    return b, e_in, e_out, strong
 
 
 def scan_states(S0, writes, decays=None):
@@ -267,7 +268,7 @@ def finite_guard(path, q, k, v, g=None, beta=None):
       - a token whose query is non-finite gets a NaN output (the query is read only there);
       - from the first token whose k, v, g or beta is non-finite on, every output and the final
         states are NaN (that write reaches the state, so every later read).
-    Outputs before the first bad token are exactly what the loop gives. (The loop can leave some
+    Outputs before the first bad token are the loop's (to rounding), and finite. (The loop can leave some
     later entries finite, e.g. other value columns; here the whole rest of that head is NaN.)
     Autograd flows through the finite entries.
     """
