@@ -124,6 +124,24 @@ def test_per_channel_resets_of_some_channels_only(impl, value):
     assert S[..., 1, :].abs().min() > 0 and not S.isnan().any()
 
 
+@pytest.mark.parametrize("impl", ["parallel", "chunk"])
+def test_per_channel_reset_gradients_of_some_channels_only(impl):
+    """Backward through resets of channels 0 and 2 only (tokens 3 and 8, chunks of 4), float64."""
+    q, k, v, _, g = _family(1, 2, 11, 4, 3, seed=8)
+    g = _with_resets(g, (3, 8), float("-inf"), channels=[0, 2])
+    w = torch.randn(1, 2, 11, 3, generator=_gen(3), dtype=torch.float64)
+
+    def grads(impl):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v, g)]
+        o, S = gated_linear_attention(*leaves, impl=impl, chunk_size=4)
+        ((o * w).sum() + S.sum()).backward()
+        return [x.grad for x in leaves]
+
+    for i, (a, b) in enumerate(zip(grads(impl), grads("recurrent"), strict=True)):
+        assert not a.isnan().any(), f"grad {i} has nan"
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-8, msg=f"grad {i}")
+
+
 @pytest.mark.parametrize("value", [float("-inf"), -1e9], ids=["-inf", "-1e9"])
 @pytest.mark.parametrize("name", GATED)
 def test_reset_gradients_match_the_loop(name, value):
