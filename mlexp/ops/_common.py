@@ -168,9 +168,11 @@ def empty_output(v, *others):
 # A pair written at token j and read at token i >= j decays by exp(g_{j+1} + ... + g_i). Formed as
 # a difference b_i - b_j of one running sum b = cumsum(g), it breaks at a hard reset: g = -inf
 # gives -inf - (-inf) = nan, and a large finite gate (-1e9) makes b so large that float32 can no
-# longer hold the small gates after it (b_i - b_j rounds to 0). So every PyTorch path forms each
-# exponent it needs as a direct sum of the gates it spans: a sum of numbers <= 0, exact to a few
-# ulps of itself for any g in [-inf, 0], never a difference. Three sums cover every use:
+# longer hold the small gates after it (b_i - b_j rounds to 0). So the PyTorch paths form each
+# exponent they need as a direct sum of the gates it spans: a sum of numbers <= 0, exact to a few
+# ulps of itself for any g in [-inf, 0], never a difference (the one exception, the product form
+# of mild chunks below, is used only where |b| <= 30, so no reset and no lost gate can occur).
+# Three sums cover every use:
 
 
 def decay_into(g, skip_first=False):
