@@ -197,6 +197,8 @@ class CausalConv(nn.Module):
     def forward(self, x):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"CausalConv expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
+        if x.shape[1] == 0:                                        # empty in, empty out (Conv1d refuses T = 0)
+            return x * 0
         y = F.pad(x.transpose(1, 2), (self.kernel_size - 1, 0))  # (B, dim, T) -> (B, dim, k-1 + T)
         return self.conv(y).transpose(1, 2)                        # (B, dim, T) -> (B, T, dim)
 
@@ -232,6 +234,8 @@ class LSTMMixer(nn.Module):
     def forward(self, x):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"LSTMMixer expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
+        if x.shape[1] == 0:                                        # empty in, empty out (nn.LSTM refuses T = 0)
+            return x * 0
         h, _ = self.lstm(x)                                        # (B, T, dim) -> (B, T, hidden)
         return self.out_proj(h)                                    # (B, T, hidden) -> (B, T, dim)
 
