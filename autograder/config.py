@@ -19,10 +19,12 @@ CELL_TIMEOUT_S = GradingOptions().cell_timeout
 
 # nbgrader's feedback shows the autograded notebook as it ran, hidden tests included (autograde
 # restores every test cell from the gradebook). HideHiddenTests removes them before rendering;
+# ExerciseFeedback names each exercise and puts its hint first (for the template below);
 # SanitizeFeedback removes what a student's markdown or outputs could run in the page.
 FEEDBACK_PREPROCESSORS = [
     "nbgrader.preprocessors.GetGrades",
     "autograder.feedback.HideHiddenTests",
+    "autograder.feedback.ExerciseFeedback",
     "autograder.feedback.SanitizeFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
@@ -32,6 +34,8 @@ FEEDBACK_PREPROCESSORS = [
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+FEEDBACK_TEMPLATES = Path(__file__).resolve().parent / "templates"   # holds feedback/<FEEDBACK_TEMPLATE>
+FEEDBACK_TEMPLATE = "mlexp_feedback.html.j2"
 
 
 def find_course_root(course=None) -> Path:
@@ -63,6 +67,9 @@ def apply_course_settings(c, timeout=CELL_TIMEOUT_S):
     c.Execute.timeout = timeout
     c.Execute.extra_arguments = list(KERNEL_ARGS)
     c.GenerateFeedback.preprocessors = list(FEEDBACK_PREPROCESSORS)
+    # A lesson's mistake catalogue (autograder.mistakes) stays with the instructor: never released.
+    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
+                                "mistakes.json"]
     return c
 
 
@@ -129,4 +136,12 @@ def work_config(work: Path, timeout=CELL_TIMEOUT_S, db_url=None) -> Config:
     # from assignments to it, which an empty id (nbgrader's default) never satisfies.
     c.CourseDirectory.course_id = "default_course"
     c.NbGraderAPI.log_level = "WARN"
+    # Feedback pages through our template (exercise titles, the hint first); it extends
+    # nbgrader's, which NbGraderAPI.generate_feedback always names ("feedback"). Only here, not
+    # in apply_course_settings: the formgrader renders its own pages through HTMLExporter.
+    import nbgrader
+    c.HTMLExporter.extra_template_basedirs = [
+        os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates"),
+        os.fspath(FEEDBACK_TEMPLATES)]
+    c.HTMLExporter.template_file = FEEDBACK_TEMPLATE
     return apply_course_settings(c, timeout)
