@@ -10,7 +10,7 @@ from .options import GradingOptions
 
 __all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root",
            "list_assignments", "apply_course_settings", "ensure_venv_on_path", "new_gradebook",
-           "work_config", "sqlalchemy_url", "PACKAGE_PARENT"]
+           "work_config", "use_feedback_template", "sqlalchemy_url", "PACKAGE_PARENT"]
 
 # A graded submission runs its experiments at token size (mlexp.budget), so a cell that needs
 # more than a minute is stuck (an endless loop, a full-size training run) rather than slow. The
@@ -136,12 +136,19 @@ def work_config(work: Path, timeout=CELL_TIMEOUT_S, db_url=None) -> Config:
     # from assignments to it, which an empty id (nbgrader's default) never satisfies.
     c.CourseDirectory.course_id = "default_course"
     c.NbGraderAPI.log_level = "WARN"
-    # Feedback pages through our template (exercise titles, the hint first); it extends
-    # nbgrader's, which NbGraderAPI.generate_feedback always names ("feedback"). Only here, not
-    # in apply_course_settings: the formgrader renders its own pages through HTMLExporter.
+    return use_feedback_template(apply_course_settings(c, timeout))
+
+
+def use_feedback_template(c):
+    """Render feedback pages on config ``c`` through autograder/templates/feedback/
+    mlexp_feedback.html.j2 (exercise titles, the hint first), which extends nbgrader's feedback
+    template (the one NbGraderAPI.generate_feedback always names). Set for the grader's own
+    work folder only, not in apply_course_settings: the formgrader renders its pages through
+    the same HTMLExporter settings with a template of its own."""
     import nbgrader
     c.HTMLExporter.extra_template_basedirs = [
         os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates"),
         os.fspath(FEEDBACK_TEMPLATES)]
+    c.HTMLExporter.template_name = "feedback"
     c.HTMLExporter.template_file = FEEDBACK_TEMPLATE
-    return apply_course_settings(c, timeout)
+    return c

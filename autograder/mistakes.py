@@ -117,20 +117,21 @@ def exercise_titles(nb) -> dict:
     """{grade_id: title} for each autograded test cell of ``nb``.
 
     The title is the cell's first line ``# Test: <title> (N points). ...``; else the last
-    heading in the markdown since the previous test cell, without "(graded, N points)"; else
-    the grade_id.
+    heading in the markdown since the previous test cell (for "Your turn (graded, 3 points):
+    the parallel form", the part after the colon); else the grade_id.
     """
     titles, heading = {}, None
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 m = _HEADING.match(line)
-                if m:
-                    heading = _GRADED_NOTE.sub("", m.group(1)).strip(" :-")
+                if m:   # "Your turn (graded, 3 points): the parallel form" -> "the parallel form"
+                    text, graded = _GRADED_NOTE.subn("", m.group(1))
+                    heading = (text.split(":", 1)[-1] if graded else text).strip(" :-")
         elif is_test_cell(cell):
             first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
             m = _TEST_LINE.match(first)
-            title = (m.group(1).strip() if m else "") or heading or cell.metadata["nbgrader"]["grade_id"]
-            titles[cell.metadata["nbgrader"]["grade_id"]] = _first_upper(title[:120])
+            title = _first_upper((m.group(1).strip() if m else "") or heading or "")
+            titles[cell.metadata["nbgrader"]["grade_id"]] = title[:120] or cell.metadata["nbgrader"]["grade_id"]
             heading = None     # a heading names the exercise that follows it, not the next one
     return titles
