@@ -205,6 +205,20 @@ def test_feedback_names_each_exercise_and_shows_the_hint_first_escaped():
     assert "white-space: pre-wrap" in page
 
 
+def test_a_hostile_notebook_through_our_template_runs_no_student_script():
+    """The sanitiser's hostile notebook (tests/test_lms_inputs.py), plus a hint quoting markup,
+    rendered through our template: nothing a browser would run beyond the template's own."""
+    from test_lms_inputs import _png, hostile_notebook, parse, unsafe
+    baseline = parse(render_feedback(new_notebook(cells=[new_markdown_cell("plain")])))
+    nb = hostile_notebook(_png())
+    nb.cells.append(_test_cell("t", "# Test: <b>x</b>\nassert False", [new_output(
+        "error", ename="AssertionError", evalue="Hint: <img src=x onerror=alert(30)>",
+        traceback=[])], score=0, points=1))
+    page = render_feedback(nb)
+    assert not unsafe(page, baseline)
+    assert "&lt;img src=x onerror=alert(30)&gt;" in page
+
+
 def test_summary_lines_say_what_to_do(tmp_path):
     kept = [Result("a", "x", reused=True), Result("b", "x", reused=True)]
     lines = summary_lines(kept, 1.0, tmp_path, [])
