@@ -131,7 +131,7 @@ def exercise_titles(nb) -> dict:
         elif is_test_cell(cell):
             first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
             m = _TEST_LINE.match(first)
-            title = _first_upper((m.group(1).strip() if m else "") or heading or "")
-            titles[cell.metadata["nbgrader"]["grade_id"]] = title[:120] or cell.metadata["nbgrader"]["grade_id"]
+            gid = cell.metadata["nbgrader"]["grade_id"]
+            titles[gid] = _first_upper((m.group(1).strip() if m else "") or heading or "")[:120] or gid
             heading = None     # a heading names the exercise that follows it, not the next one
     return titles

@@ -77,8 +77,9 @@ def similar_pairs(assignment: str, answers: dict, exclude=(), threshold: float =
 
     ``answers``: student id -> the text of their answer cells; ``exclude``: texts whose code
     never counts (the released skeleton of those cells, the reference solution). A pair also
-    needs ``min_shared`` characters of shared tokenised code. Quadratic in the number of students (a class of 500
-    is about 125,000 comparisons of small texts). Raises ImportError when copydetect is missing.
+    needs ``min_shared`` characters of shared tokenised code. Quadratic in the number of
+    students (a class of 500 is about 125,000 comparisons of small texts). Raises ImportError
+    when copydetect is missing.
     """
     from copydetect import compare_files
 

@@ -116,7 +116,7 @@ def test_exercise_titles_come_from_the_test_line_or_the_heading_above():
     nb = new_notebook(cells=[
         new_markdown_cell("## 2. Worked example\n\n### Your turn (graded, 3 points): the parallel form"),
         _test_cell("t_heading", "assert True"),
-        _test_cell("t_line", "# Test: the recurrent form (3 points). Expected values are computed here.\nx = 1"),
+        _test_cell("t_line", "# Test: the recurrent form (3 points). Expected values here.\nx = 1"),
         _test_cell("t_plain", "# Test: crosstalk\nx = 1"),
         _test_cell("t_none", "assert True")])
     assert exercise_titles(nb) == {"t_heading": "The parallel form", "t_line": "The recurrent form",
@@ -165,8 +165,9 @@ def render_feedback(nb, score=1, max_score=3) -> str:
     from nbconvert import HTMLExporter
     from traitlets.config import Config
     c = use_feedback_template(Config())
-    c.HTMLExporter.extra_template_paths = [str(   # GenerateFeedback adds bootstrap's folder
-        Path(nbgrader.__file__).parent / "server_extensions/formgrader/static/node_modules/bootstrap/dist/css")]
+    formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+    c.HTMLExporter.extra_template_paths = [   # GenerateFeedback adds bootstrap's folder
+        str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]
     ex = HTMLExporter(config=c)
     for dotted in FEEDBACK_PREPROCESSORS:
         if not dotted.endswith("GetGrades"):
@@ -365,7 +366,8 @@ def test_a_second_run_says_all_unchanged(toy_graded, tmp_path, capsys):
     assert main(["--course", str(course), "grade", str(cls), "--out", str(out), "--no-progress",
                  "--timeout", "30"]) == 0
     text = capsys.readouterr().out
-    assert f"all {len(TOY_CLASS)} unchanged since the last run: nothing regraded (use --force to regrade)" in text
+    assert (f"all {len(TOY_CLASS)} unchanged since the last run: nothing regraded "
+            "(use --force to regrade)") in text
     assert "report.html" in text
 
 
