@@ -6,6 +6,7 @@ from pathlib import Path
 
 from traitlets.config import Config
 
+from .mistakes import MISTAKES_FILE
 from .options import GradingOptions
 
 __all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root",
@@ -68,8 +69,8 @@ def apply_course_settings(c, timeout=CELL_TIMEOUT_S):
     c.Execute.extra_arguments = list(KERNEL_ARGS)
     c.GenerateFeedback.preprocessors = list(FEEDBACK_PREPROCESSORS)
     # A lesson's mistake catalogue (autograder.mistakes) stays with the instructor: never released.
-    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
-                                "mistakes.json"]
+    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",   # nbgrader's
+                                MISTAKES_FILE]
     return c
 
 
