@@ -122,7 +122,8 @@ h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #0072B2; padding-bott
 table { border-collapse: collapse; margin: 0.5em 0 1em; width: 100%; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f2f5f8; } td.num { text-align: right; white-space: nowrap; }
-.plots { display: flex; flex-wrap: wrap; gap: 1em; } .plots img { max-width: 100%; }
+.plots { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
+.plots img { max-width: 100%; height: auto; }
 .hint { white-space: pre-wrap; overflow-wrap: break-word; font-size: 0.92em; }
 .who { font-size: 0.92em; overflow-wrap: break-word; min-width: 9em; }
 table.mistakes td:first-child code { white-space: nowrap; }
@@ -272,16 +273,19 @@ def _lesson_section(data: ClassData, a: str, pairs, out: Path, threshold: float,
          f"<img alt='Score distribution of {_e(a)}' src='data:image/png;base64,{hist}'>"
          f"<img alt='Pass rate per exercise of {_e(a)}' src='data:image/png;base64,{bars}'></div>",
          "<table class='exercises'><tr><th>Exercise</th><th>Points</th><th>Passed</th>"
-         "<th>Pass rate</th><th>Most common mistake</th></tr>"]
+         "<th>Pass rate</th><th>Top mistakes (students)</th></tr>"]
     for ex, passed, n in stats:
-        top = Counter(i.mistake for i in rows if i.exercise == ex.grade_id
-                      and i.mistake not in ("", NOT_GRADED)).most_common(1)
+        counts = Counter(i.mistake for i in rows if i.exercise == ex.grade_id
+                         and i.mistake not in ("", NOT_GRADED))
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"<code>{_e(m)}</code> ({k})" for m, k in top[:3])
+        more = f", {len(top) - 3} more" if len(top) > 3 else ""
         h.append(f"<tr class='exercise' data-exercise='{_e(ex.grade_id)}'>"
                  f"<td><a href='#ex-{_e(a)}-{_e(ex.grade_id)}'>{_e(ex.title)}</a> "
                  f"<code>{_e(ex.grade_id)}</code></td><td class='num'>{ex.points:g}</td>"
                  f"<td class='num passed'>{passed} / {n}</td>"
                  f"<td class='num'>{(passed / n if n else 0):.0%}</td>"
-                 f"<td>{f'<code>{_e(top[0][0])}</code> ({top[0][1]})' if top else '—'}</td></tr>")
+                 f"<td>{shown + more or '—'}</td></tr>")
     h.append("</table>")
     for ex, passed, n in stats:
         h.append(f"<h3 id='ex-{_e(a)}-{_e(ex.grade_id)}'>{_e(ex.title)} "
