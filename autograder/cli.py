@@ -1,4 +1,4 @@
-"""Command line: build, grade, check and demo (see `python -m autograder COMMAND --help`)."""
+"""Command line: build, grade, report, check and demo (see `python -m autograder COMMAND --help`)."""
 import argparse
 import sys
 import time
@@ -9,7 +9,7 @@ from .config import find_course_root
 from .options import add_arguments, from_arguments
 from .sandbox import SandboxUnavailable
 
-__all__ = ["main", "parser"]
+__all__ = ["main", "parser", "summary_lines"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,6 +44,13 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="run a notebook's visible tests; print PASS/FAIL and hints")
     c.add_argument("notebook", help="path of the .ipynb to check")
     add_arguments(c, only={"cell_timeout", "notebook_timeout", "memory_mb"})
+
+    r = sub.add_parser("report", help="rebuild DIR/report.html, insights.csv and the CSVs' hints "
+                                      "from a graded class, without regrading")
+    r.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
+    r.add_argument("--similarity", type=float, default=None, metavar="FRACTION",
+                   help="list pairs of students who share at least this fraction of their answer "
+                        "code (default 0.8)")
 
     d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
     d.add_argument("--check", action="store_true",
@@ -83,18 +90,55 @@ def _grade(args) -> int:
         return 130
     seconds = time.perf_counter() - start
     print(format_table(results))
+    print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), isolation_notes(options))))
+    return 0
+
+
+# What an instructor can do about each isolation note of autograder.sandbox.isolation_notes.
+ISOLATION_ADVICE = {
+    "NO SANDBOX": "regrade this class on Linux with bubblewrap installed (sudo apt-get install "
+                  "bubblewrap) before publishing grades; until then treat them as provisional.",
+    "the sandbox runs under your own uid": "for a class you do not trust, run the same command "
+                  "as root (sudo .venv/bin/python -m autograder grade ...); for a class you "
+                  "trust, nothing to do.",
+}
+
+
+def summary_lines(results, seconds: float, out: Path, notes) -> list:
+    """The run's last lines: what was graded or kept, what was written, and what to do next
+    (unchanged submissions, isolation notes, submissions that need a person)."""
     reused = sum(r.reused for r in results)
     ran = len(results) - reused
-    print(f"\n{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
-          f"{reused} unchanged since the last run (kept; --force regrades); "
-          f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
-    for note in isolation_notes(options):
-        print("isolation:", note)
+    if ran == 0 and results:
+        lines = [f"all {reused} unchanged since the last run: nothing regraded "
+                 "(use --force to regrade)"]
+    else:
+        lines = [f"{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
+                 f"{reused} unchanged since the last run (kept; --force regrades)"]
+    report = out / "report.html"
+    lines.append(f"wrote {out / 'grades.csv'}, {out / 'feedback'}/" +
+                 (f", and the class report {report} (with insights.csv)" if report.is_file() else ""))
+    for note in notes:
+        advice = next((a for key, a in ISOLATION_ADVICE.items() if note.startswith(key)), "")
+        lines.append(f"isolation: {note}" + (f"\n  what to do: {advice}" if advice else ""))
     review = [r for r in results if r.status.startswith("needs manual review")]
     rejected = [r for r in results if r.status.startswith("rejected")]
     if review or rejected:
-        print(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
-              "rejected; the status column says why.")
+        lines.append(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
+                     "rejected; the status column says why, the report groups them with what to do.")
+    return lines
+
+
+def _report(args) -> int:
+    from .report import write_class_outputs
+    from .similarity import THRESHOLD
+    root = find_course_root(args.course)
+    threshold = THRESHOLD if args.similarity is None else args.similarity
+    if not 0 < threshold <= 1:
+        raise ValueError(f"--similarity takes a fraction in (0, 1], got {threshold}")
+    done = write_class_outputs(root, Path(args.out), threshold=threshold)
+    print(f"wrote {done['report']}, {done['insights']} and {len(done['csv'])} grade CSV(s); "
+          f"{done['pairs']} pair(s) of similar answers listed")
     return 0
 
 
@@ -125,7 +169,8 @@ def main(argv=None) -> int:
     """Parse ``argv`` and run the command; errors a user can fix print one line and exit 2."""
     args = parser().parse_args(argv)
     try:
-        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo}[args.command](args)
+        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo,
+                "report": _report}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -336,7 +336,22 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 os.environ["NBGRADER_EXECUTION"] = saved_env
         pool.shutdown()
     _write_partial(out, prepared, results, lessons, max_scores)
+    _write_report(root, out, prepared, lessons)
     return [results[id(j)] for j in prepared if id(j) in results]
+
+
+def _write_report(root: Path, out: Path, prepared: list, lessons: dict) -> None:
+    """The class report, insights.csv and the CSVs with hints (autograder.report), from what
+    this run committed; a failure here is a warning (every grade is already saved)."""
+    from .insights import write_manifest
+    from .report import write_class_outputs
+    write_manifest(out, [(j.result.student, j.result.assignment, j.sub.student) for j in prepared],
+                   {a: lessons[a].columns for a in sorted(lessons)})
+    try:
+        write_class_outputs(root, out)
+    except Exception as exc:   # noqa: BLE001 (reported, then the run ends as usual)
+        warnings.warn(f"the class report could not be written ({type(exc).__name__}: {exc}); "
+                      f"grades are saved: run `python -m autograder report {out}` after fixing it")
 
 
 def _publish_feedback(out: Path, internal: str, res: Result) -> None:
@@ -362,7 +377,7 @@ def _write_partial(out, prepared, results, lessons, max_scores) -> None:
         if not r.max_score and r.assignment in lessons:
             r.max_score = max_scores.setdefault(r.assignment, _max_score(lessons[r.assignment]))
     columns = [g for a in sorted(lessons) for g in lessons[a].columns]
-    write_csv(out / "grades.csv", done, columns)
+    write_csv(out / "grades.csv", done, columns, hints={})   # hints: filled when the batch ends
 
 
 def _max_score(lesson) -> float:
@@ -370,20 +385,25 @@ def _max_score(lesson) -> float:
                      for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")))
 
 
-def write_csv(path: Path, results: list, exercise_columns: list) -> None:
+def write_csv(path: Path, results: list, exercise_columns: list, hints=None) -> None:
     """One row per student and assignment: BASE_COLUMNS, then points per graded cell (atomic).
+
+    With ``hints`` ((student, assignment) -> the mistake ids of the exercises lost, see
+    autograder.insights), a last column ``hints`` holds them (empty while not yet known).
 
     Every text cell is spreadsheet-safe (ids.spreadsheet_safe): one that a spreadsheet would
     evaluate as a formula (``=``, ``+``, ``-``, ``@``, tab, carriage return first) starts with
     an apostrophe, so an id like ``=HYPERLINK(...)`` is shown, never run.
     """
     columns = BASE_COLUMNS + list(dict.fromkeys(exercise_columns))
+    columns += ["hints"] if hints is not None else []
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n")   # RFC 4180; a lone CR in a cell is quoted
     w.writerow([ids.spreadsheet_safe(c) for c in columns])
     for r in results:
         row = {"student_id": r.student, "assignment": r.assignment, "score": r.score,
-               "max_score": r.max_score, "status": r.status, "notes": "; ".join(r.notes)}
+               "max_score": r.max_score, "status": r.status, "notes": "; ".join(r.notes),
+               "hints": (hints or {}).get((r.student, r.assignment), "")}
         row.update({k: v for k, v in r.exercises.items() if k in columns})
         w.writerow([ids.spreadsheet_safe(row.get(c, "")) for c in columns])
     atomic_write(path, buf.getvalue())
