@@ -12,6 +12,7 @@ student's namespace as the self-check runs it. Both must agree:
 - no test cell crashes (every failure is an AssertionError that starts with "Hint:"), and the
   five rules of the grader's trust boundary hold.
 """
+import math
 from dataclasses import dataclass, field
 
 import pytest
@@ -63,7 +64,123 @@ def check_outcome(outcome, hint, where):
         assert hint in outcome.message, f"{where}: expected {hint!r}, got {outcome.message!r}"
 
 
-CASES = []
+# ------------------------------------------------------------------------------ lesson 01
+L01 = "01_running_sum"
+YOUR_TURN_NEUTRAL = "is not the running-sum output yet"
+
+
+def l01_turn(name, answer, hint=None):
+    return Case(L01, "test_your_turn", name, {"your_turn_answer": answer}, hint)
+
+
+def l01_rec(name, *edits, hint=None, hidden_only=False, source=None):
+    return Case(L01, "test_recurrent_form", name,
+                {"recurrent_form": source or sol(L01, "recurrent_form", *edits)}, hint, hidden_only)
+
+
+def l01_par(name, *edits, hint=None, hidden_only=False, source=None):
+    return Case(L01, "test_parallel_form", name,
+                {"parallel_form": source or sol(L01, "parallel_form", *edits)}, hint, hidden_only)
+
+
+REC_NORM = "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True)"
+PAR_NORM = "o = o / A.sum(-1, keepdim=True)"
+PAR_MASK = "A = (q @ k.transpose(-1, -2)).tril()"
+CASES = [
+    # The running sum by hand: the right pair in every form a student may give it.
+    l01_turn("computed", sol(L01, "your_turn_answer")),
+    l01_turn("typed", "answer = (1, 2.25)"),
+    l01_turn("typed list, extra digits", "answer = [1.0, 2.2500001]"),
+    l01_turn("tensor", "answer = torch.tensor([1.0, 2.25])"),
+    l01_turn("numpy", "import numpy as np\nanswer = np.array([1.0, 2.25])"),
+    # ... each typical slip, recognised by the numbers it gives (item 2: k_3 v_3^T is not symmetric).
+    l01_turn("z not updated", "answer = (1.14, 2.57)", "z was not updated"),
+    l01_turn("z not updated, computed", sol(L01, "your_turn_answer", ("z3 = z + k3", "z3 = z")), "z was not updated"),
+    l01_turn("new token as v k^T", sol(L01, "your_turn_answer", ("torch.outer(k3, v3)", "torch.outer(v3, k3)")),
+             "written as v k^T instead of k v^T"),
+    l01_turn("read S q", sol(L01, "your_turn_answer", ("q_new @ S3 /", "S3 @ q_new /")), "transposed state"),
+    l01_turn("no division", "answer = (8, 18)", "division by q.z was skipped"),
+    l01_turn("token missing", sol(L01, "your_turn_answer", ("S3 = S + torch.outer(k3, v3)", "S3 = S"),
+                                  ("z3 = z + k3", "z3 = z")), "the new token is missing"),
+    l01_turn("S not updated", sol(L01, "your_turn_answer", ("S3 = S + torch.outer(k3, v3)", "S3 = S")),
+             "S was not updated"),
+    l01_turn("old query", sol(L01, "your_turn_answer", ("torch.tensor([3., 1.])", "torch.tensor([1., 2.])")),
+             "worked example's query (1, 2)"),
+    l01_turn("sum of z", sol(L01, "your_turn_answer", ("(q_new @ z3)", "z3.sum()")), "sum of the entries of z"),
+    # ... answers in a wrong form, and a wrong pair nobody catalogued.
+    l01_turn("string", 'answer = "1.0, 2.25"', "not a string"),
+    l01_turn("three numbers", "answer = (1.0, 2.25, 0.0)", "it holds 3"),
+    l01_turn("one number", "answer = 3.25", "should be a pair of numbers"),
+    l01_turn("nan", "answer = (float('nan'), 1.0)", "is not finite"),
+    l01_turn("old numbers of the lesson", "answer = (1.5, 2.5)", YOUR_TURN_NEUTRAL),
+    l01_turn("unforeseen", "answer = (2.0, 2.0)", YOUR_TURN_NEUTRAL),
+
+    # The recurrent form: documented-correct variants pass (item 1) ...
+    l01_rec("eps 1e-6", (REC_NORM, "o_t = o_t / ((q[:, :, t] * z).sum(-1, keepdim=True) + 1e-6)")),
+    l01_rec("eps 1e-9", (REC_NORM, "o_t = o_t / ((q[:, :, t] * z).sum(-1, keepdim=True) + 1e-9)")),
+    l01_rec("clamped normaliser", (REC_NORM, "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True).clamp_min(1e-6)")),
+    l01_rec("einsum and outer in another order",
+            ("S = S + k[:, :, t, :, None] * v[:, :, t, None, :]", "S = S + torch.einsum('bhk,bhv->bhkv', k[:, :, t], v[:, :, t])"),
+            ('o_t = torch.einsum("bhk,bhkv->bhv", q[:, :, t], S)', "o_t = (q[:, :, t, :, None] * S).sum(-2)")),
+    l01_rec("float64 inside, input dtype out", source='''
+def recurrent_linear_attention(q, k, v, normalize=True):
+    B, H, T, D_k = q.shape
+    S = torch.zeros(B, H, D_k, v.shape[-1], dtype=torch.float64)
+    z = torch.zeros(B, H, D_k, dtype=torch.float64)
+    out = []
+    for t in range(T):
+        S += torch.einsum("bhk,bhv->bhkv", k[:, :, t].double(), v[:, :, t].double())
+        z += k[:, :, t].double()
+        o_t = torch.einsum("bhk,bhkv->bhv", q[:, :, t].double(), S)
+        if normalize:
+            o_t = o_t / torch.einsum("bhk,bhk->bh", q[:, :, t].double(), z)[..., None]
+        out.append(o_t)
+    return torch.stack(out, dim=2).to(q.dtype)
+'''),
+    # ... and each slip gets the hint that names it (item 6).
+    l01_rec("read before write", source=CATALOG[L01]["students"]["gus_read_before_write"]["answers"]["recurrent_form"],
+            hint="reading first is off by one"),
+    l01_rec("z accumulates q", ("z = z + k[:, :, t]", "z = z + q[:, :, t]"), hint="adds up the queries"),
+    l01_rec("whole-sequence normaliser", (REC_NORM, "o_t = o_t / (q[:, :, t] * k.sum(2)).sum(-1, keepdim=True)"),
+            hint="sums over every key of the sequence"),
+    l01_rec("z never updated", ("z = z + k[:, :, t]", "z = z"), hint="z is never updated"),
+    l01_rec("no normaliser", (REC_NORM, "pass"), hint="the normaliser is missing"),
+    l01_rec("calls the library op", source="def recurrent_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize)[0]", hint="it calls the library op"),
+    l01_rec("calls the library's parallel path", source="def recurrent_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize, impl='parallel')[0]", hint="it calls the library op"),
+    l01_rec("float32 state", ("S = q.new_zeros(B, H, D_k, D_v)", "S = torch.zeros(B, H, D_k, D_v)"),
+            ("S = S + k[:, :, t, :, None] * v[:, :, t, None, :]", "S += k[:, :, t, :, None] * v[:, :, t, None, :]"),
+            hint="with float64 inputs recurrent_linear_attention raised"),
+    l01_rec("float32 normaliser", ("z = q.new_zeros(B, H, D_k)", "z = torch.zeros(B, H, D_k)"),
+            ("z = z + k[:, :, t]", "z += k[:, :, t]"), hint="it went through float32 somewhere"),
+    l01_rec("forgets normalize=False", (REC_NORM, "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True)"),
+            ("        if normalize:\n", "        if True:\n"), hint="with normalize=False return"),
+    l01_rec("unforeseen: scales the output", ("outputs.append(o_t)", "outputs.append(2 * o_t)"),
+            hint="on the worked example expected (2, 0) then (0.5, 3)"),
+
+    # The parallel form: documented-correct variants ...
+    l01_par("eps 1e-6", (PAR_NORM, "o = o / (A.sum(-1, keepdim=True) + 1e-6)")),
+    l01_par("eps 1e-9", (PAR_NORM, "o = o / (A.sum(-1, keepdim=True) + 1e-9)")),
+    l01_par("mask by multiplying", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)) * torch.ones(T, T, dtype=q.dtype).tril()")),
+    l01_par("masked_fill with 0", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).masked_fill("
+                                             "torch.ones(T, T, dtype=torch.bool).triu(1), 0.0)")),
+    l01_par("einsum", (PAR_MASK, "A = torch.einsum('bhtk,bhsk->bhts', q, k).tril()")),
+    # ... and the slips.
+    l01_par("diagonal dropped", (PAR_MASK, "A = (q @ k.transpose(-1, -2)).tril(-1)"), hint="mask drops the diagonal"),
+    l01_par("minus infinity", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).masked_fill("
+                                         "torch.ones(T, T, dtype=torch.bool).triu(1), float('-inf'))"), hint="set to -inf"),
+    l01_par("no mask", (PAR_MASK, "A = q @ k.transpose(-1, -2)"), hint="the mask is missing"),
+    l01_par("upper triangle", (PAR_MASK, "A = (q @ k.transpose(-1, -2)).triu()"), hint="the upper triangle"),
+    l01_par("normaliser before masking", (PAR_NORM, "o = o / (q @ k.transpose(-1, -2)).sum(-1, keepdim=True)"),
+            hint="sums the scores before masking"),
+    l01_par("no normaliser", (PAR_NORM, "pass"), hint="the normaliser is missing"),
+    l01_par("calls the library op", source="def parallel_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize)[0]", hint="it calls the library op"),
+    l01_par("float32 mask", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).float() * torch.ones(T, T).tril()"),
+            hint="with float64 inputs parallel_linear_attention raised"),
+    l01_par("float32 output", ("    return o", "    return o.float()"), hint="float64 inputs must give a float64 output"),
+]
 
 
 # ------------------------------------------------------------------------------ the tests
@@ -128,3 +245,34 @@ def test_every_test_cell_imports_the_modules_it_uses(lesson):
         modules = {"torch", "F", "math", "nn", "np", "numpy", "hashlib", "mlexp", "kc"}
         missing = (used & modules) - imported
         assert not missing, f"{lesson} {grade_meta(cell)['grade_id']}: uses {sorted(missing)} without importing"
+
+
+def test_lesson01_your_turn_separates_every_slip():
+    """Item 2 of issue 14: with the lesson's numbers the state is not symmetric and each slip gives
+    its own pair, at least 0.05 away from every other one at two decimals."""
+    keys, values, q = [(1, 0), (1, 1), (0, 1)], [(2, 0), (0, 4), (2, 2)], (3, 1)
+
+    def state(pairs):                       # sum of k v^T as a 2 x 2 list
+        return [[sum(k[i] * v[j] for k, v in pairs) for j in range(2)] for i in range(2)]
+
+    def read(S, query):                     # q^T S
+        return [query[0] * S[0][j] + query[1] * S[1][j] for j in range(2)]
+
+    def output(S, query, z_keys):           # q^T S / (q . z), z = sum of z_keys
+        z = [sum(k[i] for k in z_keys) for i in range(2)]
+        return [x / (query[0] * z[0] + query[1] * z[1]) for x in read(S, query)]
+
+    S2, S3 = state(list(zip(keys[:2], values[:2]))), state(list(zip(keys, values)))
+    S3_T = [[S3[j][i] for j in range(2)] for i in range(2)]
+    new_as_v_kT = state(list(zip(keys[:2], values[:2])) + [(values[2], keys[2])])
+    pairs = {"right": output(S3, q, keys), "z not updated": output(S3, q, keys[:2]),
+             "new token as v k^T": output(new_as_v_kT, q, keys), "transposed": output(S3_T, q, keys),
+             "no division": read(S3, q), "token missing": output(S2, q, keys[:2]),
+             "S not updated": output(S2, q, keys), "old query": output(S3, (1, 2), keys),
+             "sum of z": [x / sum(map(sum, keys)) for x in read(S3, q)]}
+    assert S3[0][1] != S3[1][0], "the final state must not be symmetric, or v k^T goes unnoticed"
+    rounded = {name: tuple(round(x, 2) for x in p) for name, p in pairs.items()}
+    assert rounded["right"] == (1.0, 2.25)
+    for a, pa in rounded.items():
+        for b, pb in rounded.items():
+            assert a == b or max(abs(x - y) for x, y in zip(pa, pb)) > 0.05, (a, b, pa, pb)
