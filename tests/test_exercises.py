@@ -183,6 +183,51 @@ def recurrent_linear_attention(q, k, v, normalize=True):
 ]
 
 
+# ------------------------------------------------------------------------------ lesson 02
+L02 = "02_fixed_state_recall"
+
+
+def l02(test, grade_id, name, source, hint=None, hidden_only=False):
+    return Case(L02, test, name, {grade_id: source}, hint, hidden_only)
+
+
+def largest(body):
+    return f"def largest_exact_pairs(d_k, d_v):\n    return {body}"
+
+
+def reaches(body, head=""):
+    return f"{head}def cache_reaches_state_at(d_k, d_v):\n    return {body}"
+
+
+CASES += [
+    # Largest n recalled exactly: each slip has its own number at (5, 2) or (2, 5) (item 6).
+    l02("test_largest_exact", "largest_exact", "d_k", largest("d_k")),
+    l02("test_largest_exact", "largest_exact", "d_k * d_v", largest("d_k * d_v"), "counts the numbers in the state"),
+    l02("test_largest_exact", "largest_exact", "min", largest("min(d_k, d_v)"), "the width of the values does not limit"),
+    l02("test_largest_exact", "largest_exact", "max", largest("max(d_k, d_v)"), "the width of the values does not limit"),
+    l02("test_largest_exact", "largest_exact", "d_v", largest("d_v"), "the width of the values does not limit"),
+    l02("test_largest_exact", "largest_exact", "d_k - 1", largest("d_k - 1"), "is one short"),
+    l02("test_largest_exact", "largest_exact", "d_k + 1", largest("d_k + 1"), "is one too many"),
+    l02("test_largest_exact", "largest_exact", "unforeseen", largest("d_k + d_v"), "least squares recalls up to"),
+    # The crossover: at least as many numbers, the one definition lessons 02 and 04 share (item 8).
+    l02("test_cache_vs_state", "cache_vs_state", "math.ceil", reaches("math.ceil(d_k * d_v / (d_k + d_v))", "import math\n")),
+    l02("test_cache_vs_state", "cache_vs_state", "counted", reaches("next(t for t in range(1, d_k * d_v + 1) if t * (d_k + d_v) >= d_k * d_v)")),
+    l02("test_cache_vs_state", "cache_vs_state", "strictly more", reaches("d_k * d_v // (d_k + d_v) + 1"), "one token late"),
+    l02("test_cache_vs_state", "cache_vs_state", "floor", reaches("d_k * d_v // (d_k + d_v)"), "rounds down"),
+    l02("test_cache_vs_state", "cache_vs_state", "round", reaches("round(d_k * d_v / (d_k + d_v))"), "rounds down"),
+    l02("test_cache_vs_state", "cache_vs_state", "equal point", reaches("d_k * d_v / (d_k + d_v)"), "a fraction of a token"),
+    l02("test_cache_vs_state", "cache_vs_state", "keys only", reaches("d_v"), "counts only keys"),
+    l02("test_cache_vs_state", "cache_vs_state", "text", reaches("str(d_k * d_v // (d_k + d_v))"), "should return a number of tokens"),
+    l02("test_cache_vs_state", "cache_vs_state", "unforeseen", reaches("d_k // 2"), "expected 28, got 32"),
+    # Write, read and crosstalk: other correct ways.
+    l02("test_write_read", "write_read", "einsum and matmul",
+        "def write(S, k, v):\n    return S + k[:, None] * v[None, :]\n\ndef read(S, q):\n    return torch.einsum('k,kv->v', q, S)"),
+    l02("test_crosstalk", "crosstalk", "read minus value", "def crosstalk(keys, values):\n    return keys @ keys.T @ values - values"),
+    l02("test_crosstalk", "crosstalk", "masked overlaps",
+        "def crosstalk(keys, values):\n    n = len(keys)\n    return ((keys @ keys.T) * (1 - torch.eye(n))) @ values"),
+]
+
+
 # ------------------------------------------------------------------------------ the tests
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_answer_gets_its_verdict(case):
