@@ -228,6 +228,61 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------------------ lesson 03
+L03 = "03_gates_and_delta_rule"
+DECAY = "def effective_memory(gamma):\n    return {}\n\n\ndef half_life(gamma):\n    return {}\n"
+DELTA_CALLS_OP = """
+def delta_step(S, k, v, beta):
+    from mlexp.ops import delta_rule
+    kk, vv = k.view(1, 1, 1, -1), v.view(1, 1, 1, -1)
+    b = torch.as_tensor(beta, dtype=S.dtype).view(1, 1, 1)
+    return delta_rule(kk, kk, vv, b, initial_state=S[None, None], impl="recurrent")[1][0, 0]
+"""
+
+
+def l03(test, grade_id, name, source, hint=None, hidden_only=False):
+    return Case(L03, test, name, {grade_id: source}, hint, hidden_only)
+
+
+def decay(memory, half, imports=""):
+    return imports + DECAY.format(memory, half)
+
+
+def delta(body):
+    return "def delta_step(S, k, v, beta):\n" + body
+
+
+CASES += [
+    # Effective memory and half-life: one tolerance for visible and hidden parts (item 5).
+    l03("test_decay_memory", "decay_memory", "log2", decay("1 / (1 - gamma)", "1 / -math.log2(gamma)")),
+    l03("test_decay_memory", "decay_memory", "log of a half", decay("1 / (1 - gamma)", "math.log(0.5) / math.log(gamma)")),
+    l03("test_decay_memory", "decay_memory", "numpy float64", decay("float(1 / (1 - np.float64(gamma)))", "float(np.log(2) / -np.log(gamma))", "import numpy as np\n")),
+    l03("test_decay_memory", "decay_memory", "series summed", decay("math.fsum(gamma ** s for s in range(100_000))", "math.log(2) / -math.log(gamma)")),
+    l03("test_decay_memory", "decay_memory", "float32 half-life",
+        decay("1 / (1 - gamma)", "(torch.log(torch.tensor(2.0)) / -torch.log(torch.tensor(gamma))).item()"), "right to about 7 digits"),
+    l03("test_decay_memory", "decay_memory", "float32 memory",
+        decay("(1 / (1 - torch.tensor(gamma))).item()", "math.log(2) / -math.log(gamma)"), "right to about 7 digits"),
+    l03("test_decay_memory", "decay_memory", "1/gamma", decay("1 / gamma", "math.log(2) / -math.log(gamma)"), "returned 1/gamma"),
+    l03("test_decay_memory", "decay_memory", "sum from 1", decay("gamma / (1 - gamma)", "math.log(2) / -math.log(gamma)"), "starts the sum at s = 1"),
+    l03("test_decay_memory", "decay_memory", "1/e", decay("1 / (1 - gamma)", "1 / -math.log(gamma)"), "falls to 1/e"),
+    l03("test_decay_memory", "decay_memory", "wrong sign", decay("1 / (1 - gamma)", "math.log(2) / math.log(gamma)"), "not positive"),
+    l03("test_decay_memory", "decay_memory", "unforeseen", decay("1 / (1 - gamma)", "math.log(2) / (1 - gamma)"), "but gamma^s = 1/2 at s ="),
+    # One delta step: any key length, no library call (items 4 and 5).
+    l03("test_delta_step", "delta_step", "(I - beta k k^T) S + beta k v^T",
+        delta("    I = torch.eye(len(k), dtype=S.dtype)\n    return (I - beta * torch.outer(k, k)) @ S + beta * torch.outer(k, v)")),
+    l03("test_delta_step", "delta_step", "einsum", delta("    error = v - torch.einsum('kv,k->v', S, k)\n    return S + beta * torch.einsum('k,v->kv', k, error)")),
+    l03("test_delta_step", "delta_step", "normalises k", delta("    k = k / k.norm()\n    return S + beta * torch.outer(k, v - S.T @ k)"), "normalised the key"),
+    l03("test_delta_step", "delta_step", "calls the library op", DELTA_CALLS_OP, "calls the library op"),
+    l03("test_delta_step", "delta_step", "no read", delta("    return S + beta * torch.outer(k, v)"), "forgot to read before writing"),
+    l03("test_delta_step", "delta_step", "beta on v only", delta("    return S + torch.outer(k, beta * v - S.T @ k)"), "subtracted without beta"),
+    l03("test_delta_step", "delta_step", "error k^T", delta("    return S + beta * torch.outer(v - S.T @ k, k)"), "instead of k (error)^T"),
+    l03("test_delta_step", "delta_step", "reads S k", delta("    return S + beta * torch.outer(k, v - S @ k)"), "read as S k"),
+    l03("test_delta_step", "delta_step", "sign flipped", delta("    return S + beta * torch.outer(k, S.T @ k - v)"), "wrong sign"),
+    l03("test_delta_step", "delta_step", "float beta only", delta("    return S + float(beta) * torch.outer(k, v - S.T @ k)")),
+    l03("test_delta_step", "delta_step", "unforeseen", delta("    return S + 2 * beta * torch.outer(k, v - S.T @ k)"), "Follow the three moves"),
+]
+
+
 # ------------------------------------------------------------------------------ the tests
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_answer_gets_its_verdict(case):
