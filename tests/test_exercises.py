@@ -283,6 +283,29 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------------------ lessons 04 and 05
+L04, L05 = "04_hybrid_kv_cache", "05_inattention"
+JAMBA = "jamba_256k_gib = kv_cache_gib(n_attn_layers=4, n_kv_heads=8, head_dim=128, context=256 * 1024)"
+CROSS = "return -(-state // cache_per_token)                    # integer ceiling of state / cache_per_token"
+KEPT = "return dim      # one initial state y per token; every layer reads the same Y"
+CASES += [
+    # Jamba at 256K: the query-head slip and "all layers, no factor 2" give the same number; the hint says both (item 6).
+    Case(L04, "test_jamba_cache", "query heads", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("n_kv_heads=8", "n_kv_heads=32")))}, "4x too large"),
+    Case(L04, "test_jamba_cache", "all layers, no factor 2", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("n_attn_layers=4", "n_attn_layers=16")))}, "4x too large"),
+    Case(L04, "test_jamba_cache", "all layers", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("n_attn_layers=4", "n_attn_layers=32")))}, "counts all 32 layers"),
+    Case(L04, "test_jamba_cache", "typed", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, "jamba_256k_gib = 4.0"))}),
+    # The crossover, with lesson 02's definition (item 8); hints without the code (item 7).
+    Case(L04, "test_crossover", "math.ceil", {"crossover": sol(L04, "crossover", (CROSS, "return math.ceil(state / cache_per_token)"))}),
+    Case(L04, "test_crossover", "strictly more", {"crossover": sol(L04, "crossover", (CROSS, "return state // cache_per_token + 1"))}, "off by one"),
+    Case(L04, "test_crossover", "floor", {"crossover": sol(L04, "crossover", (CROSS, "return state // cache_per_token"))}, "rounds down"),
+    Case(L04, "test_crossover", "fraction", {"crossover": sol(L04, "crossover", (CROSS, "return state / cache_per_token"))}, "a fraction of a token"),
+    Case(L04, "test_crossover", "text", {"crossover": sol(L04, "crossover", (CROSS, "return str(-(-state // cache_per_token))"))}, "should return a number of tokens"),
+    # What InAttention keeps: Y or the token id, both right (item 15).
+    Case(L05, "test_cache_per_token", "token id", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 1      # the token id; Y is looked up again"))}),
+    Case(L05, "test_cache_per_token", "a state per layer", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return n_layers * dim"))}, "keeps a state per layer"),
+]
+
+
 # ------------------------------------------------------------------------------ the tests
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_answer_gets_its_verdict(case):
