@@ -280,6 +280,8 @@ CASES += [
     l03("test_delta_step", "delta_step", "sign flipped", delta("    return S + beta * torch.outer(k, S.T @ k - v)"), "wrong sign"),
     l03("test_delta_step", "delta_step", "float beta only", delta("    return S + float(beta) * torch.outer(k, v - S.T @ k)")),
     l03("test_delta_step", "delta_step", "unforeseen", delta("    return S + 2 * beta * torch.outer(k, v - S.T @ k)"), "Follow the three moves"),
+    l03("test_delta_step", "delta_step", "float32 inside", delta("    S32, k32, v32 = S.float(), k.float(), v.float()\n"
+        "    return (S32 + beta * torch.outer(k32, v32 - S32.T @ k32)).to(S.dtype)"), "Compute in the dtype of S"),
 ]
 
 
