@@ -50,7 +50,8 @@ LESSONS = {
     "03_gates_and_delta_rule": ("Gates and the delta rule", 90, "the recall-with-overwrites training"),
     "04_hybrid_kv_cache": ("Hybrid models and their cache", 45, "nothing: no model is trained"),
     "05_inattention": ("InAttention: attend to the initial states", 60,
-                       "the prefill memory sweep and the small language models"),
+                       "the recall probe (two models of 1,000 steps), the prefill memory sweep and "
+                       "the small language models"),
 }
 
 INTRO_ID, SETUP_ID = "intro", "course-setup"
