@@ -34,6 +34,8 @@ import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from mlexp.grading import Opaque, decode, encode  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 SETUP_CELL = "course-setup"
 # Cells besides the two setup cells that the exercises need (they define names the answers read).
@@ -153,17 +155,38 @@ def _builtin_twin(exc: BaseException) -> BaseException:
         return RuntimeError(str(exc))
 
 
+def _result(value):
+    """A student function's result as the harness receives it: plain data through mlexp.grading's
+    wire format (an object that is not data becomes an Opaque that fails every use); tensors that
+    carry autograd stay as they are, since the harness links the backward pass to the kernel."""
+    if isinstance(value, torch.Tensor) and value.requires_grad:
+        return value
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) and v.requires_grad
+                                                for v in value):
+        return type(value)(_result(v) for v in value)
+    return decode(encode(value, kernel=True, refs=[]),
+                  ref_factory=lambda i, t, n: Opaque(t, "a function returned by the student"))
+
+
 def proxy(fn, name: str, violations: list):
-    """The student's function ``fn`` as the grader sees it."""
+    """The student's function ``fn`` as the grader sees it: arguments copied (tensors changed in
+    place are copied back, as the harness does), exceptions as their built-in type, the result
+    as data."""
     def call(*args, **kwargs):
         where = f"student function {name}"
-        args = [_argument(a, violations, where) for a in args]
-        kwargs = {k: _argument(v, violations, where) for k, v in kwargs.items()}
+        sent = [_argument(a, violations, where) for a in args]
+        sent_kw = {k: _argument(v, violations, where) for k, v in kwargs.items()}
         try:
-            result = fn(*args, **kwargs)
+            result = fn(*sent, **sent_kw)
         except Exception as exc:
             raise _builtin_twin(exc) from None
-        return result
+        pairs = list(zip(args, sent)) + [(kwargs[k], v) for k, v in sent_kw.items()]
+        for old, new in pairs:
+            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and new is not old \
+                    and old.shape == new.shape and not torch.equal(old, new):
+                with torch.no_grad():
+                    old.copy_(new)
+        return _result(result)
     call.__name__ = call.__qualname__ = name
     return call
 

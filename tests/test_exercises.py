@@ -278,6 +278,8 @@ CASES += [
     l03("test_delta_step", "delta_step", "error k^T", delta("    return S + beta * torch.outer(v - S.T @ k, k)"), "instead of k (error)^T"),
     l03("test_delta_step", "delta_step", "reads S k", delta("    return S + beta * torch.outer(k, v - S @ k)"), "read as S k"),
     l03("test_delta_step", "delta_step", "sign flipped", delta("    return S + beta * torch.outer(k, S.T @ k - v)"), "wrong sign"),
+    # The harness copies a tensor changed in place back to the test, so this is caught in both modes.
+    l03("test_delta_step", "delta_step", "changes S in place", delta("    S += beta * torch.outer(k, v - S.T @ k)\n    return S"), "changed S in place"),
     l03("test_delta_step", "delta_step", "float beta only", delta("    return S + float(beta) * torch.outer(k, v - S.T @ k)")),
     l03("test_delta_step", "delta_step", "unforeseen", delta("    return S + 2 * beta * torch.outer(k, v - S.T @ k)"), "Follow the three moves"),
     l03("test_delta_step", "delta_step", "float32 inside", delta("    S32, k32, v32 = S.float(), k.float(), v.float()\n"
