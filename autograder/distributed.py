@@ -28,7 +28,7 @@ is named, never silently used. ``dask[distributed]`` is optional (``pip install 
 this module imports without it, and only :class:`DaskExecutor` needs it.
 """
 import hashlib
-import os
+import logging
 import socket
 import sys
 import tempfile
@@ -122,8 +122,10 @@ def check_worker(expected: dict, options=None) -> dict:
 class GradingPlugin(WorkerPlugin):
     """Dask worker plugin: checks each worker as it joins (the sandbox probe takes a second or
     two, so the first submission does not pay it) and kills the harnesses still running when
-    the worker closes."""
+    the worker closes. Idempotent: a batch already grading on the cluster keeps its plugin
+    (replacing it would tear it down, killing that batch's harnesses)."""
     name = "autograder"
+    idempotent = True
 
     def __init__(self, expected: dict, options: dict):
         self.expected, self.options = expected, options
@@ -135,16 +137,27 @@ class GradingPlugin(WorkerPlugin):
         sandbox.kill_all()
 
 
-def _deaths(key) -> int:
-    """How many workers died while running task ``key`` (the scheduler's count); 0 if unknown."""
+def _deaths(key, worker: str) -> int:
+    """Record on the scheduler that task ``key`` starts on ``worker``; return how many workers
+    died while running it before (0 when the scheduler refuses to run code: its own
+    allowed-failures limit then ends it).
+
+    The scheduler counts a death against every task assigned to the dying worker, also those
+    still queued there behind the one that ran (``TaskState.suspicious``); the earlier starts
+    of this task (an event topic per task) count only attempts that ran. A death counts when
+    both saw it, so a submission queued behind one that kills its worker is not blamed.
+    """
     try:
         from distributed import get_client
 
-        def count(dask_scheduler, key=key):   # sent by value: the scheduler needs no autograder
+        def count(dask_scheduler, key=key, worker=worker):   # sent by value: no autograder there
+            topic = f"autograder-starts-{key}"
+            ran = len(dask_scheduler.get_events(topic))
+            dask_scheduler.log_event(topic, {"worker": worker})
             ts = dask_scheduler.tasks.get(key)
-            return ts.suspicious if ts is not None else 0
+            return min(ran, ts.suspicious if ts is not None else ran)
         return int(get_client().run_on_scheduler(count))
-    except Exception:   # a scheduler that refuses to run code: its allowed-failures still ends it
+    except Exception:
         return 0
 
 
@@ -160,7 +173,8 @@ def _write_files(folder: Path, files) -> None:
 def run_remote(payload: dict) -> dict:
     """The task a worker runs for one submission: :func:`sandbox.run_submission` on the notebook
     and files of ``payload`` (built by :meth:`DaskExecutor.payload`). Returns ``{"notebook":
-    executed notebook JSON or None, "report", "worker", "host", "notes"}``. Raises WorkerUnfit
+    executed notebook JSON or None, "report", "worker", "host", "notes"}`` (the report also
+    names the worker, and how many workers died under this submission before). Raises WorkerUnfit
     when this worker differs from the grading machine; returns a report asking for review,
     without running, when :data:`WORKER_DEATHS` workers already died under this submission."""
     from distributed import get_worker
@@ -171,7 +185,7 @@ def run_remote(payload: dict) -> dict:
            "notes": check["notes"]}
     if check["unfit"]:
         raise WorkerUnfit(f"worker {worker.address} on {check['host']}: {check['unfit']}")
-    deaths = _deaths(worker.get_current_task())
+    deaths = _deaths(worker.get_current_task(), worker.address)
     if deaths >= WORKER_DEATHS:
         out["report"] = _review_report(f"{deaths} grading workers died while running it "
                                        "(killed, or out of memory); it was not run again")
@@ -182,7 +196,7 @@ def run_remote(payload: dict) -> dict:
         executed, report = sandbox.run_submission(nb, Path(tmp), options,
                                                   course_root=worker_course_root())
     out["notebook"] = nbformat.writes(executed) if executed is not None else None
-    out["report"] = report
+    out["report"] = {**report, "worker": worker.address, "worker_deaths": deaths}
     return out
 
 
@@ -222,6 +236,8 @@ class DaskExecutor:
                                ) from None
         self.address, self.options = address, options
         self.expected = environment()
+        # the client's own log would print each failed reconnection as a traceback
+        logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
         try:
             self.client = Client(address, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError) as exc:
@@ -230,8 +246,7 @@ class DaskExecutor:
         self.workers = {}          # worker address -> (host, isolation notes)
         self.name = f"dask-{uuid.uuid4().hex[:8]}"
         try:
-            self.client.register_plugin(GradingPlugin(self.expected, options.as_dict()),
-                                        name="autograder")
+            self.client.register_plugin(GradingPlugin(self.expected, options.as_dict()))
             for addr, check in sorted(self.client.run(check_worker, self.expected,
                                                       options.as_dict()).items()):
                 if check["unfit"]:
@@ -284,8 +299,9 @@ class DaskExecutor:
             self.stop(ClusterError(f"{exc}; fix or retire that worker and run again"))
         except BaseException as exc:
             if self.client.status != "running":
-                self.stop(ClusterError(f"lost the Dask scheduler at {self.address} "
-                                       f"({type(exc).__name__}); the batch stopped"))
+                why = getattr(exc, "reason", "") or type(exc).__name__
+                self.stop(ClusterError(f"lost the Dask scheduler at {self.address} ({why}); "
+                                       "the batch stopped"))
             raise
         finally:
             future.release()
@@ -303,8 +319,10 @@ class DaskExecutor:
             raise self.error
 
     def close(self) -> None:
-        """Forget this executor and disconnect (in-flight tasks are released)."""
-        sandbox.EXECUTORS.pop(self.name, None)
+        """Forget this executor and disconnect: tasks in flight are released, and the calls
+        waiting for them raise at once."""
+        if sandbox.EXECUTORS.pop(self.name, None) is None:
+            return
         try:
             self.client.close(timeout=5)
         except Exception:   # the scheduler is already gone

@@ -352,9 +352,12 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 commit(futures[fut], fut.result())
                 bar.set_postfix_str(f"{futures[fut].sub.student}/{futures[fut].sub.assignment}")
                 bar.update()
-        except BaseException:   # Ctrl-C, a lost cluster: stop the children, keep what is committed
+        except BaseException:   # Ctrl-C, a lost cluster: stop the runs, keep what is committed
             pool.shutdown(wait=False, cancel_futures=True)
             sandbox.kill_all()
+            if grader.cluster is not None:   # its calls in flight end with it: let them
+                grader.cluster.close()
+                pool.shutdown()
             raise
         finally:
             bar.close()
