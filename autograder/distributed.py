@@ -150,13 +150,13 @@ def _deaths(key, worker: str) -> int:
     try:
         from distributed import get_client
 
-        def count(dask_scheduler, key=key, worker=worker):   # sent by value: no autograder there
+        def autograder_attempt(dask_scheduler, key=key, worker=worker):   # sent by value
             topic = f"autograder-starts-{key}"
             ran = len(dask_scheduler.get_events(topic))
             dask_scheduler.log_event(topic, {"worker": worker})
             ts = dask_scheduler.tasks.get(key)
             return min(ran, ts.suspicious if ts is not None else ran)
-        return int(get_client().run_on_scheduler(count))
+        return int(get_client().run_on_scheduler(autograder_attempt))
     except Exception:
         return 0
 

@@ -4,9 +4,9 @@ on 127.0.0.1 (the command line that distributed installs) and the toy course.
 One machine and the cluster give the same grades.csv; a worker killed in the middle of a batch
 loses no submission and grades none twice; a submission that kills its worker every time is
 marked for review after two deaths and is not retried; losing the scheduler stops the batch with
-a message and the next run resumes.
+a message and the next run resumes. The first tests are fast: the grader without Dask, an
+unreachable scheduler, the files sent to a worker, and a worker that differs.
 """
-import copy
 import csv
 import json
 import os
@@ -20,11 +20,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-pytest.importorskip("distributed")
-
-from autograder.build import build  # noqa: E402
-from dask_preload import KILL_MARK  # noqa: E402
-from toy_course import ASSIGNMENT, NOTEBOOK, make_toy_course  # noqa: E402
+from autograder.build import build
+from autograder.distributed import (ClusterError, DaskExecutor, _pack, _write_files, check_worker,
+                                    environment)
+from autograder.options import GradingOptions
+from dask_preload import KILL_MARK
+from toy_course import ASSIGNMENT, NOTEBOOK, make_toy_course
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "corpus"))
 import build_corpus as corpus  # noqa: E402
@@ -32,13 +33,65 @@ import build_corpus as corpus  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 DASK = Path(sys.executable).parent / "dask"
 PRELOAD = Path(__file__).resolve().parent / "dask_preload.py"
-pytestmark = pytest.mark.slow
+try:
+    import distributed  # noqa: F401
+    HAVE_DASK = True
+except ImportError:
+    HAVE_DASK = False
+needs_dask = pytest.mark.skipif(not HAVE_DASK, reason="dask.distributed is not installed "
+                                "(pip install -e '.[dask]')")
 
 # A student whose notebook reads files handed in beside it (one in a folder): 6 points only
 # when the files reach the worker.
 READS_FILES = ("from pathlib import Path\n"
                "OFFSET = int(Path('offset.txt').read_text()) + int(Path('data/zero.txt').read_text())\n"
                "def add(a, b):\n    return a + b + OFFSET")
+
+
+def test_without_dask_the_grader_imports_and_says_what_to_install():
+    code = ("import sys; sys.modules['distributed'] = None\n"
+            "import autograder, autograder.cli, autograder.grade, autograder.distributed as d\n"
+            "from autograder.options import GradingOptions\n"
+            "try:\n    d.DaskExecutor('tcp://127.0.0.1:1', GradingOptions())\n"
+            "except d.ClusterError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install 'mlexp[dask]'" in proc.stdout
+
+
+@needs_dask
+def test_an_unreachable_scheduler_is_named():
+    with pytest.raises(ClusterError, match=r"cannot reach the Dask scheduler at tcp://127\.0\.0\.1"):
+        DaskExecutor(f"tcp://127.0.0.1:{free_port()}", GradingOptions(), timeout=2)
+
+
+def test_files_beside_a_notebook_travel_as_bytes(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "data" / "deep").mkdir(parents=True)
+    (src / "offset.txt").write_text("1")
+    (src / "data" / "deep" / "x.bin").write_bytes(b"\0\1")
+    (src / "toy.ipynb").write_text("{}")                  # notebooks stay behind
+    (src / "link.txt").symlink_to(src / "offset.txt")     # links are never followed
+    (src / ".hidden").write_text("x")
+    files = _pack(src)
+    assert sorted(rel for rel, _ in files) == ["data/deep/x.bin", "offset.txt"]
+    dst.mkdir()
+    _write_files(dst, files)
+    assert (dst / "data" / "deep" / "x.bin").read_bytes() == b"\0\1"
+    with pytest.raises(ValueError, match="outside its folder"):
+        _write_files(dst, [("../escaped.txt", b"x")])
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_a_worker_that_differs_is_unfit_and_says_how():
+    expected = {**environment(), "torch": "0.0.1"}
+    check = check_worker(expected, GradingOptions())
+    assert "environment differs" in check["unfit"] and "torch" in check["unfit"]
+    assert "0.0.1 on the grading machine" in check["unfit"]
+    from autograder import jail
+    if jail.probe()["ok"]:
+        assert check_worker(environment(), GradingOptions())["unfit"] == ""
 
 
 def free_port() -> int:
@@ -143,7 +196,7 @@ def answered(course, add_source):
                                 "mean": corpus.MEAN_SOLUTION})
 
 
-def cli(course, cls, out, *extra, **kw):
+def cli(course, cls, out, *extra):
     args = ["--course", course, "grade", cls, "--out", out, "--timeout", "20", *extra]
     return [sys.executable, "-m", "autograder", *map(str, args)]
 
@@ -168,6 +221,8 @@ def reports(out: Path) -> dict:
             for p in (out / "work" / "reports" / ASSIGNMENT).glob("*.json")}
 
 
+@pytest.mark.slow
+@needs_dask
 def test_cluster_grades_exactly_as_one_machine(course, tmp_path, make_cluster):
     """The same class, graded at -j 2 here and through two workers: the same grades.csv."""
     cls = tmp_path / "cls"
@@ -195,6 +250,8 @@ def test_cluster_grades_exactly_as_one_machine(course, tmp_path, make_cluster):
         {ln.split()[1] for ln in lines}
 
 
+@pytest.mark.slow
+@needs_dask
 def test_killed_worker_loses_nothing_and_grades_nothing_twice(course, tmp_path, make_cluster):
     cls, out = tmp_path / "cls", tmp_path / "out"
     expected = write_class(course, cls, ["ok_correct", "ok_blank", "deleted_test_cell",
@@ -230,6 +287,8 @@ def test_killed_worker_loses_nothing_and_grades_nothing_twice(course, tmp_path, 
     assert f"{len(expected)} submissions graded" in stdout
 
 
+@pytest.mark.slow
+@needs_dask
 def test_a_submission_that_kills_its_worker_twice_needs_review(course, tmp_path, make_cluster):
     cls, out = tmp_path / "cls", tmp_path / "out"
     poison = answered(course, corpus.ADD_SOLUTION + f"\n# {KILL_MARK}")
@@ -248,6 +307,8 @@ def test_a_submission_that_kills_its_worker_twice_needs_review(course, tmp_path,
     assert again.returncode == 0 and "3 unchanged" in again.stdout, "it is not retried"
 
 
+@pytest.mark.slow
+@needs_dask
 def test_lost_scheduler_stops_the_batch_and_the_next_run_resumes(course, tmp_path, make_cluster):
     cls, out = tmp_path / "cls", tmp_path / "out"
     expected = write_class(course, cls, ["ok_correct", "ok_blank", "deleted_test_cell",
