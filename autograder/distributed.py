@@ -3,8 +3,9 @@
 ``python -m autograder grade ... --scheduler ADDRESS`` grades exactly as on one machine, except
 that the one call that runs a submission (:func:`autograder.sandbox.run_submission`: harness,
 sandboxed kernel, test cells) happens on a ``dask.distributed`` worker. What travels is data: the
-repaired notebook (JSON), the files beside it (bytes), the GradingOptions and the lesson id go
-out; the executed notebook (JSON), the harness report and the worker's isolation notes come back.
+repaired notebook (JSON), the files beside it (bytes), the GradingOptions and the lesson and
+student ids (naming the task) go out; the executed notebook (JSON), the harness report and the
+worker's isolation notes come back.
 The grading process keeps everything that writes: nbgrader's gradebook, feedback, the results
 journal, grades.csv and isolation.txt. On a worker, isolation is what it is on one machine (the
 same bubblewrap sandbox, the same limits); a worker that cannot give it stops the batch before
@@ -15,8 +16,8 @@ Faults (distributed's scheduler reschedules a task whose worker dies):
 - a worker lost mid-batch costs nothing: its submissions run again elsewhere, and every result
   already committed is in the journal;
 - a submission during whose run :data:`WORKER_DEATHS` workers died is not run again: it comes
-  back "needs manual review" (the scheduler keeps the count; its own ``allowed-failures`` limit,
-  if lower, ends it the same way through ``KilledWorker``);
+  back "needs manual review" (counted on the scheduler, see :func:`_deaths`; the scheduler's own
+  ``allowed-failures`` limit, if lower, ends it the same way through ``KilledWorker``);
 - the scheduler going away raises :class:`ClusterError`: the batch stops, nothing in flight is
   committed, and the next run resumes from the journal.
 
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import sandbox
+from . import jail, sandbox
 from .options import GradingOptions
 
 try:   # the plugin's base class; without dask the module still imports (and the CLI says why)
@@ -51,7 +52,7 @@ __all__ = ["DaskExecutor", "ClusterError", "WorkerUnfit", "GradingPlugin", "run_
 
 WORKER_DEATHS = 2      # workers that may die under one submission before a person must look
 PACKAGES = ("nbgrader", "nbclient", "nbformat", "ipykernel", "jupyter_client", "torch", "numpy")
-DATA_LIMIT = 200 * 2**20   # bytes of files beside one notebook sent to a worker (nbgrader: 100 MB a file)
+DATA_LIMIT = 200 * 2**20   # bytes beside one notebook sent to a worker (nbgrader: 100 MB a file)
 
 
 class ClusterError(RuntimeError):
@@ -102,13 +103,15 @@ _CHECKED = {}   # environment digest -> this worker's check (one per worker proc
 def check_worker(expected: dict, options=None) -> dict:
     """This worker's fitness for grading: ``{"host", "notes", "unfit"}``; ``unfit`` is the reason
     it must not grade ("" when it may). Runs the sandbox probe once per process."""
-    options = GradingOptions(**options) if isinstance(options, dict) else options or GradingOptions()
+    if isinstance(options, dict):
+        options = GradingOptions(**options)
+    options = options or GradingOptions()
     key = repr(sorted(expected.items())) + repr(options.unsandboxed)
     if key not in _CHECKED:
         here = environment()
         differ = [f"{k} {here.get(k)} here, {v} on the grading machine" for k, v in expected.items()
                   if here.get(k) != v]
-        probe = sandbox.jail.probe()
+        probe = jail.probe()
         unfit = ""
         if differ:
             unfit = "its grading environment differs: " + "; ".join(differ)
@@ -232,8 +235,8 @@ class DaskExecutor:
         try:
             from distributed import Client
         except ImportError:
-            raise ClusterError("--scheduler needs Dask: pip install 'mlexp[dask]' (dask.distributed)"
-                               ) from None
+            raise ClusterError("--scheduler needs Dask: pip install 'mlexp[dask]' "
+                               "(dask.distributed)") from None
         self.address, self.options = address, options
         self.expected = environment()
         # the client's own log would print each failed reconnection as a traceback
@@ -278,9 +281,11 @@ class DaskExecutor:
         return [f"worker {addr} on {host}: " + ("; ".join(notes) or "fully isolated")
                 for addr, (host, notes) in sorted(self.workers.items())]
 
-    def payload(self, nb, data_dir, options: GradingOptions) -> dict:
+    def payload(self, nb, data_dir, options: GradingOptions, label: str) -> dict:
+        """What one task carries: the notebook, the files beside it, the limits, the label
+        (lesson/student) and this machine's environment, for the worker to compare."""
         return {"notebook": nbformat.writes(nb), "files": _pack(Path(data_dir)),
-                "options": options.as_dict(), "environment": self.expected}
+                "options": options.as_dict(), "label": label, "environment": self.expected}
 
     def __call__(self, nb, data_dir, options: GradingOptions, label: str = "") -> tuple:
         """Run one submission on the cluster; returns (executed notebook or None, report) as
@@ -288,7 +293,7 @@ class DaskExecutor:
         from distributed import KilledWorker
         self.raise_if_stopped()
         key = f"autograde-{label or 'submission'}-{uuid.uuid4().hex[:8]}".replace("/", "-")
-        future = self.client.submit(run_remote, self.payload(nb, data_dir, options), key=key,
+        future = self.client.submit(run_remote, self.payload(nb, data_dir, options, label), key=key,
                                     pure=False, retries=0)
         try:
             out = future.result()

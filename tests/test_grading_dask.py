@@ -44,7 +44,8 @@ needs_dask = pytest.mark.skipif(not HAVE_DASK, reason="dask.distributed is not i
 # A student whose notebook reads files handed in beside it (one in a folder): 6 points only
 # when the files reach the worker.
 READS_FILES = ("from pathlib import Path\n"
-               "OFFSET = int(Path('offset.txt').read_text()) + int(Path('data/zero.txt').read_text())\n"
+               "OFFSET = int(Path('offset.txt').read_text())\n"
+               "OFFSET += int(Path('data/zero.txt').read_text())\n"
                "def add(a, b):\n    return a + b + OFFSET")
 
 
@@ -62,7 +63,7 @@ def test_without_dask_the_grader_imports_and_says_what_to_install():
 
 @needs_dask
 def test_an_unreachable_scheduler_is_named():
-    with pytest.raises(ClusterError, match=r"cannot reach the Dask scheduler at tcp://127\.0\.0\.1"):
+    with pytest.raises(ClusterError, match=r"cannot reach the Dask scheduler at tcp://127\."):
         DaskExecutor(f"tcp://127.0.0.1:{free_port()}", GradingOptions(), timeout=2)
 
 
