@@ -31,8 +31,13 @@ def parser() -> argparse.ArgumentParser:
                    help="output folder: grades.csv, feedback/, and nbgrader's work/ folder")
     add_arguments(g)
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    g.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
-                   help="students graded at once, each in its own process (default 1)")
+    g.add_argument("-j", "--jobs", type=int, metavar="N",
+                   help="students graded at once, each in its own process (default 1; with "
+                        "--scheduler, twice the cluster's worker threads)")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run each submission on the workers of this Dask scheduler, e.g. "
+                        "tcp://10.0.0.5:8786 (needs pip install 'mlexp[dask]'; README: Grading "
+                        "on a cluster); grades, feedback and the gradebook stay here")
     g.add_argument("--force", action="store_true",
                    help="regrade every submission, also those already graded with the same bytes")
     g.add_argument("--db", metavar="URL",
@@ -76,21 +81,32 @@ def _build(args) -> int:
 
 def _grade(args) -> int:
     from .grade import format_table, grade_class
-    from .sandbox import isolation_notes
     root = find_course_root(args.course)
     options = from_arguments(args)
+    stops = (KeyboardInterrupt,)
+    if args.scheduler:   # Dask is imported only for a cluster
+        from .distributed import ClusterError
+        stops += (ClusterError,)
     start = time.perf_counter()
     try:
         results = grade_class(root, args.submissions, Path(args.out), options=options,
                               progress=not args.no_progress, jobs=args.jobs, force=args.force,
-                              db_url=args.db, max_bytes=int(args.max_size * 2**20))
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: every grade committed so far is kept in {args.out}/results and "
-              f"{args.out}/grades.csv; run the same command again to finish.", file=sys.stderr)
-        return 130
+                              db_url=args.db, max_bytes=int(args.max_size * 2**20),
+                              scheduler=args.scheduler)
+    except stops as exc:
+        kept = (f"every grade committed so far is kept in {args.out}/results and "
+                f"{args.out}/grades.csv; run the same command again to finish.")
+        if isinstance(exc, KeyboardInterrupt):
+            print(f"\ninterrupted: {kept}", file=sys.stderr)
+            return 130
+        print(f"error: {exc}.\n{kept[0].upper()}{kept[1:]}", file=sys.stderr)
+        return 2
     seconds = time.perf_counter() - start
     print(format_table(results))
-    print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), isolation_notes(options))))
+    notes = Path(args.out) / "isolation.txt"   # this machine's notes, or each Dask worker's
+    notes = [n for n in (notes.read_text().splitlines() if notes.is_file() else [])
+             if not n.endswith("fully isolated")]
+    print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), notes)))
     return 0
 
 
