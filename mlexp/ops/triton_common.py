@@ -66,22 +66,24 @@ def precision(dtype):
 
 # ----------------------------------------------------------------------------- launching
 
-# (num_warps, num_stages) per kind of kernel; the AOT check (mlexp.ops.triton_check) compiles
-# every kernel with these for sm_80 and sm_90a and reports registers, spills and shared memory.
+# (num_warps, num_stages) per kind of kernel, for 16-bit and for fp32 operands. The AOT check
+# (mlexp.ops.triton_check) compiles every kernel with these for sm_80 and sm_90a and reports
+# registers, spills and shared memory; fp32 tiles take twice the bytes and tf32x3 splits each
+# operand in two, hence fewer pipeline stages there.
 _CONFIGS = {
-    "state": (4, 2),      # (E1), (E3): sequential over chunks, one (BK, BV) state tile
-    "output": (4, 2),     # (E2), (E4): chunk-parallel, loop over K tiles
-    "scores": (4, 2),     # per-channel intra-chunk scores on (16, 16) sub-tiles
-    "dqk": (4, 2),        # (E5), (E6): chunk-parallel, loop over V tiles
-    "intra": (4, 2),      # per-channel intra-chunk dq, dk, dg
-    "wy": (4, 1),         # delta rule: triangular solve and W, U (and their gradients)
-    "delta_state": (4, 2),  # delta rule: sequential, one (Dk, BV) state tile
+    "state": ((4, 2), (4, 2)),        # (E1), (E3): sequential over chunks, one (BK, BV) state tile
+    "output": ((4, 2), (4, 2)),       # (E2), (E4): chunk-parallel, loop over K tiles
+    "scores": ((4, 2), (4, 2)),       # per-channel intra-chunk scores on (16, 16) sub-tiles
+    "dqk": ((8, 2), (8, 2)),          # (E5), (E6): chunk-parallel, loop over V tiles; four (C, 64) accumulators
+    "intra": ((4, 2), (4, 2)),        # per-channel intra-chunk dq, dk, dg
+    "wy": ((8, 1), (8, 1)),           # delta rule: triangular solve, W and U, and their gradients: (C, C) tiles
+    "delta_state": ((8, 2), (8, 1)),  # delta rule: sequential, the state as up to four (64, BV) slices
 }
 
 
 def config(kind, dtype):
-    """dict(num_warps=..., num_stages=...) for a kind of kernel (see _CONFIGS)."""
-    num_warps, num_stages = _CONFIGS[kind]
+    """dict(num_warps=..., num_stages=...) for a kind of kernel and operand dtype (see _CONFIGS)."""
+    num_warps, num_stages = _CONFIGS[kind][dtype == torch.float32]
     return dict(num_warps=num_warps, num_stages=num_stages)
 
 

@@ -26,8 +26,6 @@ from .triton_common import (GATE_SCALAR, MAX_STATE_DK, Gate, _causal_dot, _dexp,
 
 __all__ = ["delta_rule_triton"]
 
-_F32 = tl.constexpr("tf32x3")   # precision of the fp32 (C, C) products inside the solve's gradient
-
 
 @triton.jit
 def wy_fwd_kernel(k, v, beta, b_hi, b_lo, x, w, u, T, DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr,
@@ -82,35 +80,98 @@ def wy_fwd_kernel(k, v, beta, b_hi, b_lo, x, w, u, T, DK: tl.constexpr, DV: tl.c
 
 
 @triton.jit
+def _slice_dot(x, bh, t, s, S, scale, T, DK: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+    """(X[:, slice s] * scale) @ S_s: the part of a product over Dk that state slice s (rows s*BK ..)
+    holds; x is (B*H, T, DK), S_s (BK, BV) fp32, scale (C, 1) or 1.0. Returns (C, BV) fp32."""
+    r = s * BK + tl.arange(0, BK)
+    xs = _rows(x, bh, t, t < T, r, r < DK, T, DK)
+    return tl.dot((xs.to(tl.float32) * scale).to(x.dtype.element_ty), S.to(x.dtype.element_ty), input_precision=PREC)
+
+
+@triton.jit
+def _slice_write(x, bh, t, s, scale, y, T, DK: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+    """(X[:, slice s] * scale)^T Y: what the chunk writes into state slice s; Y (C, BV). Returns (BK, BV)."""
+    r = s * BK + tl.arange(0, BK)
+    xs = _rows(x, bh, t, t < T, r, r < DK, T, DK)
+    return tl.dot(tl.trans((xs.to(tl.float32) * scale).to(x.dtype.element_ty)), y.to(x.dtype.element_ty),
+                  input_precision=PREC)
+
+
+@triton.jit
+def _slice_ptr(ptr, i, s, rv, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr):
+    """Pointers and mask of rows s*BK .. of state number i in a (..., DK, DV) stack of states."""
+    r = s * BK + tl.arange(0, BK)
+    return _state_ptr(ptr, i, r, rv, DK, DV), (r < DK)[:, None] & (rv < DV)[None, :]
+
+
+@triton.jit
+def _slice_load(ptr, i, s, rv, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, NS: tl.constexpr):
+    """State slice s as fp32 (zeros when s >= NS, the slices a head size does not use)."""
+    if s < NS:
+        p, m = _slice_ptr(ptr, i, s, rv, DK, DV, BK)
+        return tl.load(p, mask=m, other=0.0).to(tl.float32)
+    else:
+        return tl.zeros((BK, rv.shape[0]), dtype=tl.float32)
+
+
+@triton.jit
+def _slice_store(ptr, i, s, S, rv, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, NS: tl.constexpr):
+    if s < NS:
+        p, m = _slice_ptr(ptr, i, s, rv, DK, DV, BK)
+        tl.store(p, S.to(ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
 def delta_state_fwd_kernel(k, w, u, b_hi, b_lo, s0, h, vn, s_out, T, DK: tl.constexpr, DV: tl.constexpr,
                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
                            STORE_FINAL: tl.constexpr, PREC: tl.constexpr):
-    """(D2), delta._chunk's loop: one program per (V tile, batch*head) holding all Dk rows of the
-    state (V' = U - W S contracts over all of Dk, so Dk is not split; BK * BV <= 64 * 64).
+    """(D2), delta._chunk's loop: one program per (V tile, batch*head). V' = U - W S contracts over
+    all of Dk, so a program holds all Dk rows of its state, as up to four slices S0..S3 of BK <= 64
+    rows (Triton has no arrays of register tiles), and every operand tile is (C, BK).
     Stores S_n (operand dtype) and V'_n for the output kernel, and the final state (fp32)."""
+    NS: tl.constexpr = (DK + BK - 1) // BK
     i_v, i_bh, _ = _program_ids()
     N = tl.cdiv(T, C)
-    rk = tl.arange(0, BK)
     rv = i_v * BV + tl.arange(0, BV)
-    ms = (rk < DK)[:, None] & (rv < DV)[None, :]
     DT = k.dtype.element_ty
-    S = tl.load(_state_ptr(s0, i_bh, rk, rv, DK, DV), mask=ms, other=0.0)
+    S0 = _slice_load(s0, i_bh, 0, rv, DK, DV, BK, NS)
+    S1 = _slice_load(s0, i_bh, 1, rv, DK, DV, BK, NS)
+    S2 = _slice_load(s0, i_bh, 2, rv, DK, DV, BK, NS)
+    S3 = _slice_load(s0, i_bh, 3, rv, DK, DV, BK, NS)
     for n in range(0, N):
-        tl.store(_state_ptr(h, i_bh * N + n, rk, rv, DK, DV), S.to(h.dtype.element_ty), mask=ms)
         t = n * C + tl.arange(0, C)
-        wc = _rows(w, i_bh, t, t < T, rk, rk < DK, T, DK)
-        uc = _rows(u, i_bh, t, t < T, rv, rv < DV, T, DV).to(tl.float32)
-        v_new = (uc - tl.dot(wc, S.to(DT), input_precision=PREC)).to(DT)         # V' = U - W S
-        _put_rows(vn, v_new, i_bh, t, t < T, rv, rv < DV, T, DV)
-        kc = _rows(k, i_bh, t, t < T, rk, rk < DK, T, DK).to(tl.float32)
-        if GATED:
-            hi, lo = _load_b(b_hi, b_lo, i_bh, t, rk, rk < DK, T, 1, GATE_SCALAR)
-            hl, ll = _load_b_row(b_hi, b_lo, i_bh, n * C + C - 1, rk, rk < DK, T, 1, GATE_SCALAR)
-            kc = kc * _dexp(hl, ll, hi, lo)                                       # K * e^(b_last - b)
-            S = S * tl.exp(hl + ll)
-        S += tl.dot(tl.trans(kc.to(DT)), v_new, input_precision=PREC)
+        _slice_store(h, i_bh * N + n, 0, S0, rv, DK, DV, BK, NS)
+        _slice_store(h, i_bh * N + n, 1, S1, rv, DK, DV, BK, NS)
+        _slice_store(h, i_bh * N + n, 2, S2, rv, DK, DV, BK, NS)
+        _slice_store(h, i_bh * N + n, 3, S3, rv, DK, DV, BK, NS)
+        v = _rows(u, i_bh, t, t < T, rv, rv < DV, T, DV).to(tl.float32)           # V' = U - W S
+        v -= _slice_dot(w, i_bh, t, 0, S0, 1.0, T, DK, BK, PREC)
+        if NS > 1:
+            v -= _slice_dot(w, i_bh, t, 1, S1, 1.0, T, DK, BK, PREC)
+        if NS > 2:
+            v -= _slice_dot(w, i_bh, t, 2, S2, 1.0, T, DK, BK, PREC)
+        if NS > 3:
+            v -= _slice_dot(w, i_bh, t, 3, S3, 1.0, T, DK, BK, PREC)
+        v = v.to(DT)
+        _put_rows(vn, v, i_bh, t, t < T, rv, rv < DV, T, DV)
+        if GATED:                                                                # S <- e^b_last S + (K e^(b_last - b))^T V'
+            hi, lo = _load_b(b_hi, b_lo, i_bh, t, rv, rv < DV, T, 1, GATE_SCALAR)
+            hl, ll = _load_b_row(b_hi, b_lo, i_bh, n * C + C - 1, rv, rv < DV, T, 1, GATE_SCALAR)
+            dec, sc = tl.exp(hl + ll), _dexp(hl, ll, hi, lo)
+        else:
+            dec, sc = 1.0, 1.0
+        S0 = S0 * dec + _slice_write(k, i_bh, t, 0, sc, v, T, DK, BK, PREC)
+        if NS > 1:
+            S1 = S1 * dec + _slice_write(k, i_bh, t, 1, sc, v, T, DK, BK, PREC)
+        if NS > 2:
+            S2 = S2 * dec + _slice_write(k, i_bh, t, 2, sc, v, T, DK, BK, PREC)
+        if NS > 3:
+            S3 = S3 * dec + _slice_write(k, i_bh, t, 3, sc, v, T, DK, BK, PREC)
     if STORE_FINAL:
-        tl.store(_state_ptr(s_out, i_bh, rk, rv, DK, DV), S, mask=ms)
+        _slice_store(s_out, i_bh, 0, S0, rv, DK, DV, BK, NS)
+        _slice_store(s_out, i_bh, 1, S1, rv, DK, DV, BK, NS)
+        _slice_store(s_out, i_bh, 2, S2, rv, DK, DV, BK, NS)
+        _slice_store(s_out, i_bh, 3, S3, rv, DK, DV, BK, NS)
 
 
 @triton.jit
@@ -118,35 +179,50 @@ def delta_state_bwd_kernel(q, k, w, b_hi, b_lo, do, dvl, ds_t, dh, dvn, ds0, T, 
                            DV: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                            GATED: tl.constexpr, PREC: tl.constexpr):
     """(D4), the reverse of (D2): dh[n] = dS_{n+1} (operand dtype), dvn = dV' (fp32) from the local
-    part dvl = P^T dO, and ds0 = dS_0. One program per (V tile, batch*head), all Dk rows."""
+    part dvl = P^T dO, and ds0 = dS_0. One program per (V tile, batch*head), the state's gradient
+    held as slices dS0..dS3 of BK rows as in delta_state_fwd_kernel."""
+    NS: tl.constexpr = (DK + BK - 1) // BK
     i_v, i_bh, _ = _program_ids()
     N = tl.cdiv(T, C)
-    rk = tl.arange(0, BK)
     rv = i_v * BV + tl.arange(0, BV)
-    ms = (rk < DK)[:, None] & (rv < DV)[None, :]
-    DT = q.dtype.element_ty
-    dS = tl.load(_state_ptr(ds_t, i_bh, rk, rv, DK, DV), mask=ms, other=0.0)
+    dS0 = _slice_load(ds_t, i_bh, 0, rv, DK, DV, BK, NS)
+    dS1 = _slice_load(ds_t, i_bh, 1, rv, DK, DV, BK, NS)
+    dS2 = _slice_load(ds_t, i_bh, 2, rv, DK, DV, BK, NS)
+    dS3 = _slice_load(ds_t, i_bh, 3, rv, DK, DV, BK, NS)
     for i in range(0, N):
         n = N - 1 - i
-        tl.store(_state_ptr(dh, i_bh * N + n, rk, rv, DK, DV), dS.to(dh.dtype.element_ty), mask=ms)
         t = n * C + tl.arange(0, C)
-        qc = _rows(q, i_bh, t, t < T, rk, rk < DK, T, DK).to(tl.float32)
-        kc = _rows(k, i_bh, t, t < T, rk, rk < DK, T, DK).to(tl.float32)
-        wc = _rows(w, i_bh, t, t < T, rk, rk < DK, T, DK)
-        doc = _rows(do, i_bh, t, t < T, rv, rv < DV, T, DV)
-        dv_new = _rows(dvl, i_bh, t, t < T, rv, rv < DV, T, DV).to(tl.float32)
+        _slice_store(dh, i_bh * N + n, 0, dS0, rv, DK, DV, BK, NS)
+        _slice_store(dh, i_bh * N + n, 1, dS1, rv, DK, DV, BK, NS)
+        _slice_store(dh, i_bh * N + n, 2, dS2, rv, DK, DV, BK, NS)
+        _slice_store(dh, i_bh * N + n, 3, dS3, rv, DK, DV, BK, NS)
         if GATED:
-            hi, lo = _load_b(b_hi, b_lo, i_bh, t, rk, rk < DK, T, 1, GATE_SCALAR)
-            hl, ll = _load_b_row(b_hi, b_lo, i_bh, n * C + C - 1, rk, rk < DK, T, 1, GATE_SCALAR)
-            qc = qc * tl.exp(hi + lo)
-            kc = kc * _dexp(hl, ll, hi, lo)
-        dv_new += tl.dot(kc.to(DT), dS.to(DT), input_precision=PREC)            # + (K e^(b_last - b)) dS_{n+1}
-        _put_rows(dvn, dv_new, i_bh, t, t < T, rv, rv < DV, T, DV)
-        if GATED:
-            dS = dS * tl.exp(hl + ll)
-        dS += tl.dot(tl.trans(qc.to(DT)), doc, input_precision=PREC)
-        dS -= tl.dot(tl.trans(wc), dv_new.to(DT), input_precision=PREC)
-    tl.store(_state_ptr(ds0, i_bh, rk, rv, DK, DV), dS, mask=ms)
+            hi, lo = _load_b(b_hi, b_lo, i_bh, t, rv, rv < DV, T, 1, GATE_SCALAR)
+            hl, ll = _load_b_row(b_hi, b_lo, i_bh, n * C + C - 1, rv, rv < DV, T, 1, GATE_SCALAR)
+            dec, sq, sk = tl.exp(hl + ll), tl.exp(hi + lo), _dexp(hl, ll, hi, lo)
+        else:
+            dec, sq, sk = 1.0, 1.0, 1.0
+        dv = _rows(dvl, i_bh, t, t < T, rv, rv < DV, T, DV).to(tl.float32)      # dV' = P^T dO + K_dec dS_{n+1}
+        dv += _slice_dot(k, i_bh, t, 0, dS0, sk, T, DK, BK, PREC)
+        if NS > 1:
+            dv += _slice_dot(k, i_bh, t, 1, dS1, sk, T, DK, BK, PREC)
+        if NS > 2:
+            dv += _slice_dot(k, i_bh, t, 2, dS2, sk, T, DK, BK, PREC)
+        if NS > 3:
+            dv += _slice_dot(k, i_bh, t, 3, dS3, sk, T, DK, BK, PREC)
+        _put_rows(dvn, dv, i_bh, t, t < T, rv, rv < DV, T, DV)
+        doc = _rows(do, i_bh, t, t < T, rv, rv < DV, T, DV)                       # dS_n = e^b_last dS_{n+1}
+        dS0 = dS0 * dec + _slice_write(q, i_bh, t, 0, sq, doc, T, DK, BK, PREC) - _slice_write(w, i_bh, t, 0, 1.0, dv, T, DK, BK, PREC)
+        if NS > 1:                                                                #   + (Q e^b)^T dO - W^T dV'
+            dS1 = dS1 * dec + _slice_write(q, i_bh, t, 1, sq, doc, T, DK, BK, PREC) - _slice_write(w, i_bh, t, 1, 1.0, dv, T, DK, BK, PREC)
+        if NS > 2:
+            dS2 = dS2 * dec + _slice_write(q, i_bh, t, 2, sq, doc, T, DK, BK, PREC) - _slice_write(w, i_bh, t, 2, 1.0, dv, T, DK, BK, PREC)
+        if NS > 3:
+            dS3 = dS3 * dec + _slice_write(q, i_bh, t, 3, sq, doc, T, DK, BK, PREC) - _slice_write(w, i_bh, t, 3, 1.0, dv, T, DK, BK, PREC)
+    _slice_store(ds0, i_bh, 0, dS0, rv, DK, DV, BK, NS)
+    _slice_store(ds0, i_bh, 1, dS1, rv, DK, DV, BK, NS)
+    _slice_store(ds0, i_bh, 2, dS2, rv, DK, DV, BK, NS)
+    _slice_store(ds0, i_bh, 3, dS3, rv, DK, DV, BK, NS)
 
 
 @triton.jit
@@ -155,59 +231,67 @@ def wy_bwd_kernel(k, v, beta, b_hi, b_lo, x, dw, du, dk_in, dg_in, dk, dv, dbeta
                   PREC: tl.constexpr):
     """(D6): the gradient through delta._chunk's ``T_mat``, ``W = T_mat @ (b.exp() * k)`` and
     ``U = T_mat @ v``, given dW (fp32), dU = dV' (fp32), and dk_in, dg_in (fp32) from (D5).
-    Writes dv, dk (= dk_in + the W and A paths), dbeta and dg (the reverse cumulative sum of db
-    inside the chunk plus dg_in). One program per (chunk, batch*head)."""
+
+    With U = X (beta * V) and W = X (beta * e^b * K): dV = beta * X^T dU, dK_W = beta e^b * X^T dW,
+    dbeta_j = V_j . (X^T dU)_j + (e^b K)_j . (X^T dW)_j, dX = dU (beta V)^T + dW (beta e^b K)^T
+    (lower part), then dA = -X^T dX X^T (strictly lower) and A = beta_i Gamma_ij k_i . k_j gives
+    dK_A = (D + D^T) K with D = dA beta_i Gamma_ij. X^T is loaded transposed by its strides.
+    Writes dv, dk (dk_in is updated in place on the way), dbeta and dg (the reverse cumulative sum
+    of db inside the chunk plus dg_in). One program per (chunk, batch*head).
+    """
     i_n, i_bh, _ = _program_ids()
     rc = tl.arange(0, C)
     t = i_n * C + rc
     causal = rc[:, None] >= rc[None, :]
     DT = k.dtype.element_ty
     bt = tl.load(beta + i_bh * T + t, mask=t < T, other=0.0).to(tl.float32)
-    X = _rows(x, i_bh, t, t < T, rc, rc < C, T, C)
-    Tm = tl.where(causal, X * bt[None, :], 0.0)
+    XT = tl.load(x + (i_bh * T + t[None, :]) * C + rc[:, None], mask=(t < T)[None, :], other=0.0).to(DT)  # X^T
     if GATED:
         hi, lo = _load_b(b_hi, b_lo, i_bh, t, rc, t < T, T, 1, GATE_SCALAR)
-        eb = tl.exp(hi + lo)                                                      # (C, 1)
     db = tl.zeros((C,), dtype=tl.float32)
-    dT = tl.zeros((C, C), dtype=tl.float32)
-    kk = tl.zeros((C, C), dtype=tl.float32)
-    for i_v in range(0, tl.cdiv(DV, BV)):                                        # U = Tm V
+    dbt = tl.zeros((C,), dtype=tl.float32)
+    dX = tl.zeros((C, C), dtype=tl.float32)
+    for i_v in range(0, tl.cdiv(DV, BV)):                                        # U = X (beta V)
         rv = i_v * BV + tl.arange(0, BV)
-        vc = _rows(v, i_bh, t, t < T, rv, rv < DV, T, DV)
+        vc = _rows(v, i_bh, t, t < T, rv, rv < DV, T, DV).to(tl.float32)
         duc = _rows(du, i_bh, t, t < T, rv, rv < DV, T, DV).to(DT)
-        dT += tl.dot(duc, tl.trans(vc), input_precision=PREC)                   # dU V^T
-        _put_rows(dv, tl.dot(tl.trans(Tm.to(DT)), duc, input_precision=PREC), i_bh, t, t < T, rv, rv < DV, T, DV)
-    for i_k in range(0, tl.cdiv(DK, BK)):                                        # W = Tm (K e^b)
+        y = tl.dot(XT, duc, input_precision=PREC)                                # X^T dU
+        _put_rows(dv, bt[:, None] * y, i_bh, t, t < T, rv, rv < DV, T, DV)
+        dbt += tl.sum(vc * y, axis=1)
+        dX += tl.dot(duc, tl.trans((bt[:, None] * vc).to(DT)), input_precision=PREC)
+    kk = tl.zeros((C, C), dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(DK, BK)):                                        # W = X (beta e^b K)
         rk = i_k * BK + tl.arange(0, BK)
         kc = _rows(k, i_bh, t, t < T, rk, rk < DK, T, DK)
-        kd = kc.to(tl.float32)
-        if GATED:
-            kd = kd * eb
         dwc = _rows(dw, i_bh, t, t < T, rk, rk < DK, T, DK).to(DT)
-        kk += tl.dot(kc, tl.trans(kc), input_precision=PREC)
-        dT += tl.dot(dwc, tl.trans(kd.to(DT)), input_precision=PREC)            # dW (K e^b)^T
+        y = tl.dot(XT, dwc, input_precision=PREC)                                # X^T dW
+        ke = kc.to(tl.float32)
         if GATED:
-            db += tl.sum(kd * tl.dot(tl.trans(Tm.to(DT)), dwc, input_precision=PREC), axis=1)
-    dbt = tl.sum(tl.where(causal, dT * X, 0.0), axis=0)                           # Tm = X diag(beta)
-    dX = tl.where(causal, dT * bt[None, :], 0.0)
-    dA = -tl.dot(tl.dot(tl.trans(X), dX, input_precision=_F32), tl.trans(X), input_precision=_F32)
-    dA = tl.where(rc[:, None] > rc[None, :], dA, 0.0)                            # X = (I + A)^-1, A strictly lower
+            ke = ke * tl.exp(hi + lo)                                             # e^b K
+        dbt += tl.sum(ke * y, axis=1)
+        if GATED:
+            db += bt * tl.sum(ke * y, axis=1)                                     # by b_j through e^(b_j)
+        kk += tl.dot(kc, tl.trans(kc), input_precision=PREC)
+        dX += tl.dot(dwc, tl.trans((bt[:, None] * ke).to(DT)), input_precision=PREC)
+        dkw = y * bt[:, None]                                                     # beta e^b X^T dW
+        if GATED:
+            dkw = dkw * tl.exp(hi + lo)
+        _put_rows(dk_in, _rows(dk_in, i_bh, t, t < T, rk, rk < DK, T, DK) + dkw, i_bh, t, t < T, rk, rk < DK, T, DK)
+    dX = tl.where(causal, dX, 0.0).to(DT)
+    dA = -tl.dot(tl.dot(XT, dX, input_precision=PREC).to(DT), XT, input_precision=PREC)   # -X^T dX X^T
+    dA = tl.where(rc[:, None] > rc[None, :], dA, 0.0)                            # A is strictly lower
     if GATED:
         kk = kk * _gamma(hi, lo, causal)                                          # A = beta_i (k_i.k_j) Gamma_ij
     dbt += tl.sum(dA * kk, axis=1)
-    D = dA * bt[:, None]                                                          # dA_ij beta_i Gamma_ij
+    D = dA * bt[:, None]
     if GATED:
         db += tl.sum(D * kk, axis=1) - tl.sum(D * kk, axis=0)                     # dA * A, by b_i and b_j
         D = D * _gamma(hi, lo, causal)
+    D = (D + tl.trans(D)).to(DT)                                                  # D K + D^T K = (D + D^T) K
     for i_k in range(0, tl.cdiv(DK, BK)):
         rk = i_k * BK + tl.arange(0, BK)
-        kc = _rows(k, i_bh, t, t < T, rk, rk < DK, T, DK)
-        dwc = _rows(dw, i_bh, t, t < T, rk, rk < DK, T, DK).to(DT)
-        dkw = tl.dot(tl.trans(Tm.to(DT)), dwc, input_precision=PREC)              # Tm^T dW, times e^b
-        if GATED:
-            dkw = dkw * eb
-        dkc = _rows(dk_in, i_bh, t, t < T, rk, rk < DK, T, DK) + dkw
-        dkc += tl.dot(D.to(DT), kc, input_precision=PREC) + tl.dot(tl.trans(D.to(DT)), kc, input_precision=PREC)
+        dkc = _rows(dk_in, i_bh, t, t < T, rk, rk < DK, T, DK)
+        dkc += tl.dot(D, _rows(k, i_bh, t, t < T, rk, rk < DK, T, DK), input_precision=PREC)
         _put_rows(dk, dkc, i_bh, t, t < T, rk, rk < DK, T, DK)
     tl.store(dbeta + i_bh * T + t, dbt.to(dbeta.dtype.element_ty), mask=t < T)
     if GATED:
@@ -215,13 +299,15 @@ def wy_bwd_kernel(k, v, beta, b_hi, b_lo, x, dw, du, dk_in, dg_in, dk, dv, dbeta
         tl.store(dg + i_bh * T + t, dgc.to(dg.dtype.element_ty), mask=t < T)
 
 
-def _state_tiles(Dk, Dv):
-    """(BK, BV) of the delta-rule state kernels: all of Dk (<= 256) and BK * BV <= 64 * 64."""
-    BK = block(Dk, cap=MAX_STATE_DK)
+def _state_tiles(Dk, Dv, dtype):
+    """(BK, BV) of the delta-rule state kernels: slices of BK <= 64 rows, at most four (Dk <= 256),
+    and BV so that the whole (Dk, BV) fp32 state stays near 64 x 64 values (32 x 64 for fp32 operands)."""
     if Dk > MAX_STATE_DK:
-        raise ValueError(f"impl='triton' holds all Dk rows of a delta-rule state in one tile, so Dk <= "
-                         f"{MAX_STATE_DK}; got {Dk}. Use impl='chunk'.")
-    return BK, min(block(Dv), max(16, 4096 // BK))
+        raise ValueError(f"impl='triton' holds all Dk rows of a delta-rule state in one program, as at most "
+                         f"four 64-row slices, so Dk <= {MAX_STATE_DK}; got {Dk}. Use impl='chunk'.")
+    BK = block(Dk)
+    budget = 2048 if dtype == torch.float32 else 4096
+    return BK, min(block(Dv), max(16, budget // block(Dk, cap=MAX_STATE_DK)))
 
 
 def _wy(k, v, beta, b_hi, b_lo, x, C, gated, solve):
@@ -238,7 +324,7 @@ def _delta_states(k, w, u, b_hi, b_lo, S0, C, gated, final):
     """(D2): S_n (B, H, N, Dk, Dv) and V' (B, H, T, Dv) in the operand dtype, and the final state."""
     B, H, T, Dk = k.shape
     Dv = u.shape[-1]
-    BK, BV = _state_tiles(Dk, Dv)
+    BK, BV = _state_tiles(Dk, Dv, k.dtype)
     h = torch.empty(B, H, triton.cdiv(T, C), Dk, Dv, dtype=k.dtype, device=k.device)
     vn = torch.empty_like(u)
     S = torch.empty(B, H, Dk, Dv, dtype=torch.float32, device=k.device) if final else h
@@ -293,7 +379,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         dvl = torch.empty(B, H, T, Dv, **f32)                                     # P^T dO
         launch(dv_kernel, (triton.cdiv(Dv, BV), N, B * H), q, k, b_hi, b_lo, q, do, q, dvl, T,
                **config("output", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=gate, WITH_DH=False, PREC=prec)
-        SK, SV = _state_tiles(Dk, Dv)
+        SK, SV = _state_tiles(Dk, Dv, q.dtype)
         dh, dvn, dS0 = torch.empty_like(h), torch.empty(B, H, T, Dv, **f32), torch.empty_like(S0)
         launch(delta_state_bwd_kernel, (triton.cdiv(Dv, SV), B * H), q, k, w, b_hi, b_lo, do, dvl, dS, dh, dvn, dS0,
                T, **config("delta_state", q.dtype), DK=Dk, DV=Dv, C=C, BK=SK, BV=SV, GATED=gated, PREC=prec)
@@ -323,7 +409,7 @@ def delta_rule_triton(q, k, v, beta, g, S0, C):
     """
     check_chunk(C)
     precision(q.dtype)
-    _state_tiles(q.shape[-1], v.shape[-1])
+    _state_tiles(q.shape[-1], v.shape[-1], q.dtype)
     if q.shape[2] == 0:
         B, H, _, Dk = q.shape
         S = q.new_zeros(B, H, Dk, v.shape[-1], dtype=torch.float32) if S0 is None else S0.float()
