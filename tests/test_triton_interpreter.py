@@ -111,9 +111,12 @@ def _rel(a, b):
 
 def _call(op, impl, q, k, v, g=None, beta=None, S0=None, C=16, normalize=False):
     from mlexp.ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_attention
+    if op == "linear" and normalize:                                # z_0 = 1: q . z > 0 for positive q
+        out = linear_attention(q, k, v, initial_state=(S0, S0.new_ones(S0.shape[:-1])), impl=impl,
+                               chunk_size=C, normalize=True)
+        return out[0], out[1][0]
     if op == "linear":
-        out = linear_attention(q, k, v, initial_state=S0, impl=impl, chunk_size=C, normalize=normalize)
-        return (out[0], out[1][0]) if normalize else out
+        return linear_attention(q, k, v, initial_state=S0, impl=impl, chunk_size=C)
     if op.startswith("gated_") and op != "gated_delta":
         return gated_linear_attention(q, k, v, g, initial_state=S0, impl=impl, chunk_size=C)
     if op == "delta":

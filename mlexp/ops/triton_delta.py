@@ -12,8 +12,8 @@ and backward
     (D4) dV'_n = P^T dO_n + (K * e^(b_last - b)) dS_{n+1}, P = [(Q K^T) * Gamma, j <= i]
          dS_n = e^b_last dS_{n+1} + (Q * e^b)^T dO_n - W_n^T dV'_n      sequential (delta_state_bwd_kernel)
     (D5) dQ, dK through P and the state write, dW = -dV' S_n^T           triton_chunk.dqk_kernel (DELTA)
-    (D6) through W, U, Tm, X and A: dTm = dU V^T + dW (K e^b)^T, dV = Tm^T dU,
-         dX = dTm diag(beta), dA = -X^T dX X^T (strictly lower), then dK, dbeta, db   wy_bwd_kernel
+    (D6) through W, U, Tm, X and A: dV = Tm^T dU, dX = dTm diag(beta) with dTm = dU V^T + dW (K e^b)^T
+         (wy_bwd_dx_kernel); dA = -X^T dX X^T (strictly lower), then dK, dbeta, db (wy_bwd_da_kernel)
 """
 import torch
 import triton
@@ -226,23 +226,19 @@ def delta_state_bwd_kernel(q, k, w, b_hi, b_lo, do, dvl, ds_t, dh, dvn, ds0, T, 
 
 
 @triton.jit
-def wy_bwd_kernel(k, v, beta, b_hi, b_lo, x, dw, du, dk_in, dg_in, dk, dv, dbeta, dg, T, DK: tl.constexpr,
-                  DV: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
-                  PREC: tl.constexpr):
-    """(D6): the gradient through delta._chunk's ``T_mat``, ``W = T_mat @ (b.exp() * k)`` and
-    ``U = T_mat @ v``, given dW (fp32), dU = dV' (fp32), and dk_in, dg_in (fp32) from (D5).
-
-    With U = X (beta * V) and W = X (beta * e^b * K): dV = beta * X^T dU, dK_W = beta e^b * X^T dW,
-    dbeta_j = V_j . (X^T dU)_j + (e^b K)_j . (X^T dW)_j, dX = dU (beta V)^T + dW (beta e^b K)^T
-    (lower part), then dA = -X^T dX X^T (strictly lower) and A = beta_i Gamma_ij k_i . k_j gives
-    dK_A = (D + D^T) K with D = dA beta_i Gamma_ij. X^T is loaded transposed by its strides.
-    Writes dv, dk (dk_in is updated in place on the way), dbeta and dg (the reverse cumulative sum
-    of db inside the chunk plus dg_in). One program per (chunk, batch*head).
+def wy_bwd_dx_kernel(k, v, beta, b_hi, b_lo, x, dw, du, dk_in, dv, dx, dbeta1, db1, T, DK: tl.constexpr,
+                     DV: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                     GATED: tl.constexpr, PREC: tl.constexpr):
+    """(D6), first half: the gradient through delta._chunk's ``W = T_mat @ (b.exp() * k)`` and
+    ``U = T_mat @ v`` with T_mat = X diag(beta), given dW and dU = dV' (fp32):
+    dV = beta * X^T dU (written), dK += beta e^b * X^T dW (added to dk_in in place),
+    dbeta_j = V_j . (X^T dU)_j + (e^b K)_j . (X^T dW)_j and db_j = beta_j (e^b K)_j . (X^T dW)_j
+    (partial, into dbeta1 and db1), and dX = [dU (beta V)^T + dW (beta e^b K)^T]_(j <= i) into dx
+    (B*H, T, C) fp32. X^T is loaded transposed by its strides. One program per (chunk, batch*head).
     """
     i_n, i_bh, _ = _program_ids()
     rc = tl.arange(0, C)
     t = i_n * C + rc
-    causal = rc[:, None] >= rc[None, :]
     DT = k.dtype.element_ty
     bt = tl.load(beta + i_bh * T + t, mask=t < T, other=0.0).to(tl.float32)
     XT = tl.load(x + (i_bh * T + t[None, :]) * C + rc[:, None], mask=(t < T)[None, :], other=0.0).to(DT)  # X^T
@@ -256,35 +252,59 @@ def wy_bwd_kernel(k, v, beta, b_hi, b_lo, x, dw, du, dk_in, dg_in, dk, dv, dbeta
         vc = _rows(v, i_bh, t, t < T, rv, rv < DV, T, DV).to(tl.float32)
         duc = _rows(du, i_bh, t, t < T, rv, rv < DV, T, DV).to(DT)
         y = tl.dot(XT, duc, input_precision=PREC)                                # X^T dU
-        _put_rows(dv, bt[:, None] * y, i_bh, t, t < T, rv, rv < DV, T, DV)
+        _put_rows(dv, bt[:, None] * y, i_bh, t, t < T, rv, rv < DV, T, DV)       # dV = beta X^T dU
         dbt += tl.sum(vc * y, axis=1)
         dX += tl.dot(duc, tl.trans((bt[:, None] * vc).to(DT)), input_precision=PREC)
-    kk = tl.zeros((C, C), dtype=tl.float32)
     for i_k in range(0, tl.cdiv(DK, BK)):                                        # W = X (beta e^b K)
         rk = i_k * BK + tl.arange(0, BK)
-        kc = _rows(k, i_bh, t, t < T, rk, rk < DK, T, DK)
+        ke = _rows(k, i_bh, t, t < T, rk, rk < DK, T, DK).to(tl.float32)
         dwc = _rows(dw, i_bh, t, t < T, rk, rk < DK, T, DK).to(DT)
         y = tl.dot(XT, dwc, input_precision=PREC)                                # X^T dW
-        ke = kc.to(tl.float32)
         if GATED:
             ke = ke * tl.exp(hi + lo)                                             # e^b K
         dbt += tl.sum(ke * y, axis=1)
         if GATED:
             db += bt * tl.sum(ke * y, axis=1)                                     # by b_j through e^(b_j)
-        kk += tl.dot(kc, tl.trans(kc), input_precision=PREC)
         dX += tl.dot(dwc, tl.trans((bt[:, None] * ke).to(DT)), input_precision=PREC)
         dkw = y * bt[:, None]                                                     # beta e^b X^T dW
         if GATED:
             dkw = dkw * tl.exp(hi + lo)
         _put_rows(dk_in, _rows(dk_in, i_bh, t, t < T, rk, rk < DK, T, DK) + dkw, i_bh, t, t < T, rk, rk < DK, T, DK)
-    dX = tl.where(causal, dX, 0.0).to(DT)
+    _put_rows(dx, tl.where(rc[:, None] >= rc[None, :], dX, 0.0), i_bh, t, t < T, rc, rc < C, T, C)
+    tl.store(dbeta1 + i_bh * T + t, dbt, mask=t < T)
+    if GATED:
+        tl.store(db1 + i_bh * T + t, db, mask=t < T)
+
+
+@triton.jit
+def wy_bwd_da_kernel(k, beta, b_hi, b_lo, x, dx, dbeta1, db1, dk_in, dg_in, dk, dbeta, dg, T, DK: tl.constexpr,
+                     C: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, PREC: tl.constexpr):
+    """(D6), second half: X = (I + A)^-1 gives dA = -X^T dX X^T (strictly lower); A = beta_i Gamma_ij
+    k_i . k_j gives dbeta_i += sum_j dA_ij Gamma_ij k_i . k_j, db from dA * A (by b_i and -b_j) and
+    dK_A = (D + D^T) K with D = dA beta_i Gamma_ij. Writes dk = dk_in + dK_A, dbeta, and dg: the
+    reverse cumulative sum of db inside the chunk plus dg_in. One program per (chunk, batch*head)."""
+    i_n, i_bh, _ = _program_ids()
+    rc = tl.arange(0, C)
+    t = i_n * C + rc
+    causal = rc[:, None] >= rc[None, :]
+    DT = k.dtype.element_ty
+    bt = tl.load(beta + i_bh * T + t, mask=t < T, other=0.0).to(tl.float32)
+    XT = tl.load(x + (i_bh * T + t[None, :]) * C + rc[:, None], mask=(t < T)[None, :], other=0.0).to(DT)  # X^T
+    dX = _rows(dx, i_bh, t, t < T, rc, rc < C, T, C).to(DT)
     dA = -tl.dot(tl.dot(XT, dX, input_precision=PREC).to(DT), XT, input_precision=PREC)   # -X^T dX X^T
     dA = tl.where(rc[:, None] > rc[None, :], dA, 0.0)                            # A is strictly lower
+    kk = tl.zeros((C, C), dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(DK, BK)):
+        rk = i_k * BK + tl.arange(0, BK)
+        kc = _rows(k, i_bh, t, t < T, rk, rk < DK, T, DK)
+        kk += tl.dot(kc, tl.trans(kc), input_precision=PREC)                     # K K^T
     if GATED:
+        hi, lo = _load_b(b_hi, b_lo, i_bh, t, rc, t < T, T, 1, GATE_SCALAR)
         kk = kk * _gamma(hi, lo, causal)                                          # A = beta_i (k_i.k_j) Gamma_ij
-    dbt += tl.sum(dA * kk, axis=1)
+    dbt = tl.load(dbeta1 + i_bh * T + t, mask=t < T, other=0.0) + tl.sum(dA * kk, axis=1)
     D = dA * bt[:, None]
     if GATED:
+        db = tl.load(db1 + i_bh * T + t, mask=t < T, other=0.0)
         db += tl.sum(D * kk, axis=1) - tl.sum(D * kk, axis=0)                     # dA * A, by b_i and b_j
         D = D * _gamma(hi, lo, causal)
     D = (D + tl.trans(D)).to(DT)                                                  # D K + D^T K = (D + D^T) K
@@ -390,9 +410,14 @@ class _DeltaRuleTriton(torch.autograd.Function):
                **config("dqk", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=gate, DELTA=True, PREC=prec)
         dg_in = (dgp.sum(0) if NK > 1 else dgp[0]) if gated else q
         dk, dv, dbeta = torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
+        dx, dbeta1 = torch.empty(B, H, T, C, **f32), torch.empty(B, H, T, **f32)
+        db1 = torch.empty(B, H, T, **f32) if gated else q
+        meta = dict(DK=Dk, C=C, BK=BK, GATED=gated, PREC=prec)
+        launch(wy_bwd_dx_kernel, (N, B * H), k, v, beta, b_hi, b_lo, x, dw, dvn, dk_in, dv, dx, dbeta1, db1, T,
+               **config("wy", q.dtype), DV=Dv, BV=BV, **meta)
         dg = torch.empty(B, H, T, dtype=g_dtype, device=q.device) if gated else q
-        launch(wy_bwd_kernel, (N, B * H), k, v, beta, b_hi, b_lo, x, dw, dvn, dk_in, dg_in, dk, dv, dbeta, dg, T,
-               **config("wy", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATED=gated, PREC=prec)
+        launch(wy_bwd_da_kernel, (N, B * H), k, beta, b_hi, b_lo, x, dx, dbeta1, db1, dk_in, dg_in, dk, dbeta, dg, T,
+               **config("wy", q.dtype), **meta)
         return dq, dk, dv, dbeta, (dg if gated else None), dS0, None
 
 
