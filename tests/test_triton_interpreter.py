@@ -203,6 +203,8 @@ def group_strided():
 
 def group_dtype(name):
     import torch
+    from mlexp.ops import triton_common
+    triton_common.SMS_ELSEWHERE = 1              # widest state tiles (the other groups get the narrow ones)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
     errs, ok = {}, True
     for op in OPS:

@@ -119,15 +119,21 @@ def compile_launch(launch, arch):
                 constexprs={k: v for k, v in launch["constexprs"].items()})
 
 
-def compile_op(op, arch, head_dim, dtype=torch.bfloat16, C=64, Dv=None, only=None):
-    """Compile every distinct kernel launch of op (forward and backward) at head_dim for sm_<arch>
+HEADS = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # B*H: the state tiles narrow when the grid is small
+
+
+def compile_op(op, arch, head_dim, dtype=torch.bfloat16, C=64, Dv=None, only=None, heads=HEADS):
+    """Compile every distinct kernel launch of op (forward and backward) at head_dim for sm_<arch>,
+    over batch*head counts ``heads`` so that every state tile the chooser can pick is compiled
     (only: a collection of kernel names to restrict to).
 
     Returns a list of compile_launch results. Raises whatever triton.compile raises (ptxas
     failures, out of resources), which is what a GPU would refuse at the first call.
     """
     seen, results = set(), []
-    for launch in op_launches(op, Dk=head_dim, Dv=head_dim if Dv is None else Dv, dtype=dtype, C=C):
+    launches = [l for H in heads
+                for l in op_launches(op, H=H, Dk=head_dim, Dv=head_dim if Dv is None else Dv, dtype=dtype, C=C)]
+    for launch in launches:
         key = (launch["kernel"].__name__, tuple(sorted(launch["constexprs"].items())),
                tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in launch["args"]))
         if key not in seen and (only is None or key[0] in only):

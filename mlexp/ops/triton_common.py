@@ -18,7 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["Gate", "CHUNKS", "SUB", "G_FLOOR", "MAX_STATE_DK", "block", "check_chunk", "precision",
+__all__ = ["Gate", "CHUNKS", "SUB", "G_FLOOR", "MAX_STATE_DK", "block", "check_chunk", "precision", "sm_count",
+           "state_tiles",
            "config", "launch", "recording", "chunk_cumsum"]
 
 
@@ -47,6 +48,28 @@ _F32_PRECISION = tl.constexpr(F32_PRECISION)
 def block(D, cap=TILE):
     """Tile length for a dimension of size D: a power of two, at least 16 (a tl.dot tile), at most cap."""
     return min(cap, max(16, triton.next_power_of_2(D)))
+
+
+SMS_ELSEWHERE = 132       # the SM count assumed off CUDA (an H100); tests lower it to get the widest tiles
+
+
+def sm_count(device):
+    """Streaming multiprocessors of a CUDA device (no synchronisation); SMS_ELSEWHERE otherwise."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else SMS_ELSEWHERE
+
+
+def state_tiles(Dk, Dv, heads, device):
+    """(BK, BV) of the sequential state kernels of linear/gated attention: 64 x 64 tiles, narrowed to
+    32 and then 16 while the grid (K tiles x V tiles x heads) would leave SMs idle; the chunk loop is
+    the one sequential part, so small batches need the parallelism across tiles (fla autotunes the
+    same choice among 32 and 64)."""
+    BK, BV = block(Dk), block(Dv)
+    while BK * BV > 256 and triton.cdiv(Dk, BK) * triton.cdiv(Dv, BV) * heads < sm_count(device):
+        if BK >= BV:
+            BK //= 2
+        else:
+            BV //= 2
+    return BK, BV
 
 
 def check_chunk(C):

@@ -22,7 +22,7 @@ import triton.language as tl
 from .triton_chunk import dqk_kernel, dv_kernel, output_kernel
 from .triton_common import (GATE_SCALAR, MAX_STATE_DK, Gate, _causal_dot, _dexp, _gamma, _load_b, _load_b_row,
                             _program_ids, _put_rows, _rows, _state_ptr, block, check_chunk, chunk_cumsum, config,
-                            launch, precision)
+                            launch, precision, sm_count)
 
 __all__ = ["delta_rule_triton"]
 
@@ -319,15 +319,18 @@ def wy_bwd_da_kernel(k, beta, b_hi, b_lo, x, dx, dbeta1, db1, dk_in, dg_in, dk, 
         tl.store(dg + i_bh * T + t, dgc.to(dg.dtype.element_ty), mask=t < T)
 
 
-def _state_tiles(Dk, Dv, dtype):
-    """(BK, BV) of the delta-rule state kernels: slices of BK <= 64 rows, at most four (Dk <= 256),
-    and BV so that the whole (Dk, BV) fp32 state stays near 64 x 64 values (32 x 64 for fp32 operands)."""
+def _state_tiles(Dk, Dv, dtype, heads, device):
+    """(BK, BV) of the delta-rule state kernels: slices of BK <= 64 rows, at most four (Dk <= 256);
+    BV so that the whole (Dk, BV) fp32 state stays near 64 x 64 values (32 x 64 for fp32 operands),
+    halved down to 16 while the grid (V tiles x heads) would leave SMs idle."""
     if Dk > MAX_STATE_DK:
         raise ValueError(f"impl='triton' holds all Dk rows of a delta-rule state in one program, as at most "
                          f"four 64-row slices, so Dk <= {MAX_STATE_DK}; got {Dk}. Use impl='chunk'.")
-    BK = block(Dk)
     budget = 2048 if dtype == torch.float32 else 4096
-    return BK, min(block(Dv), max(16, budget // block(Dk, cap=MAX_STATE_DK)))
+    BV = min(block(Dv), max(16, budget // block(Dk, cap=MAX_STATE_DK)))
+    while BV > 16 and triton.cdiv(Dv, BV) * heads < sm_count(device):
+        BV //= 2
+    return block(Dk), BV
 
 
 def _wy(k, v, beta, b_hi, b_lo, x, C, gated, solve):
@@ -344,7 +347,7 @@ def _delta_states(k, w, u, b_hi, b_lo, S0, C, gated, final):
     """(D2): S_n (B, H, N, Dk, Dv) and V' (B, H, T, Dv) in the operand dtype, and the final state."""
     B, H, T, Dk = k.shape
     Dv = u.shape[-1]
-    BK, BV = _state_tiles(Dk, Dv, k.dtype)
+    BK, BV = _state_tiles(Dk, Dv, k.dtype, B * H, k.device)
     h = torch.empty(B, H, triton.cdiv(T, C), Dk, Dv, dtype=k.dtype, device=k.device)
     vn = torch.empty_like(u)
     S = torch.empty(B, H, Dk, Dv, dtype=torch.float32, device=k.device) if final else h
@@ -399,7 +402,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         dvl = torch.empty(B, H, T, Dv, **f32)                                     # P^T dO
         launch(dv_kernel, (triton.cdiv(Dv, BV), N, B * H), q, k, b_hi, b_lo, q, do, q, dvl, T,
                **config("output", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=gate, WITH_DH=False, PREC=prec)
-        SK, SV = _state_tiles(Dk, Dv, q.dtype)
+        SK, SV = _state_tiles(Dk, Dv, q.dtype, B * H, q.device)
         dh, dvn, dS0 = torch.empty_like(h), torch.empty(B, H, T, Dv, **f32), torch.empty_like(S0)
         launch(delta_state_bwd_kernel, (triton.cdiv(Dv, SV), B * H), q, k, w, b_hi, b_lo, do, dvl, dS, dh, dvn, dS0,
                T, **config("delta_state", q.dtype), DK=Dk, DV=Dv, C=C, BK=SK, BV=SV, GATED=gated, PREC=prec)
@@ -434,7 +437,7 @@ def delta_rule_triton(q, k, v, beta, g, S0, C):
     """
     check_chunk(C)
     precision(q.dtype)
-    _state_tiles(q.shape[-1], v.shape[-1], q.dtype)
+    _state_tiles(q.shape[-1], v.shape[-1], q.dtype, 1, q.device)
     if q.shape[2] == 0:
         B, H, _, Dk = q.shape
         S = q.new_zeros(B, H, Dk, v.shape[-1], dtype=torch.float32) if S0 is None else S0.float()

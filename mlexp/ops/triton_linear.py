@@ -4,7 +4,7 @@ import triton
 
 from .triton_chunk import (dqk_intra_channel_kernel, dqk_kernel, dv_kernel, output_kernel, scores_channel_kernel,
                            state_bwd_kernel, state_fwd_kernel)
-from .triton_common import SUB, Gate, block, check_chunk, chunk_cumsum, config, launch, precision
+from .triton_common import SUB, Gate, block, check_chunk, chunk_cumsum, config, launch, precision, state_tiles
 
 __all__ = ["triton_linear_attention", "triton_gated_linear_attention"]
 
@@ -13,7 +13,7 @@ def _states(k, v, b_hi, b_lo, S0, C, gate, final):
     """Run (E1): S_n for every chunk, (B, H, N, Dk, Dv) in the operand dtype, and the final state."""
     B, H, T, Dk = k.shape
     Dv = v.shape[-1]
-    BK, BV = block(Dk), block(Dv)
+    BK, BV = state_tiles(Dk, Dv, B * H, k.device)
     h = torch.empty(B, H, triton.cdiv(T, C), Dk, Dv, dtype=k.dtype, device=k.device)
     S = torch.empty(B, H, Dk, Dv, dtype=torch.float32, device=k.device) if final else h
     launch(state_fwd_kernel, (triton.cdiv(Dk, BK), triton.cdiv(Dv, BV), B * H), k, v, b_hi, b_lo, S0, h, S, T,
@@ -59,6 +59,7 @@ class _ChunkTriton(torch.autograd.Function):
         Dv = v.shape[-1]
         N, BK, BV = triton.cdiv(T, C), block(Dk), block(Dv)
         NK, NV = triton.cdiv(Dk, BK), triton.cdiv(Dv, BV)
+        SK, SV = state_tiles(Dk, Dv, B * H, q.device)
         prec = precision(q.dtype)
         do = torch.zeros_like(v) if do is None else do.to(v.dtype).contiguous()
         dS = torch.zeros_like(S0) if dS is None else dS.float().contiguous()
@@ -66,8 +67,8 @@ class _ChunkTriton(torch.autograd.Function):
         h, _ = _states(k, v, b_hi, b_lo, S0, C, gate, final=False)
         dh = torch.empty_like(h)                                                 # dS_{n+1} for chunk n
         dS0 = torch.empty_like(S0)
-        launch(state_bwd_kernel, (NK, NV, B * H), q, b_hi, b_lo, do, dS, dh, dS0, T, **config("state", q.dtype),
-               **meta)
+        launch(state_bwd_kernel, (triton.cdiv(Dk, SK), triton.cdiv(Dv, SV), B * H), q, b_hi, b_lo, do, dS, dh, dS0, T,
+               **config("state", q.dtype), **dict(meta, BK=SK, BV=SV))
         dv = torch.empty_like(v)
         launch(dv_kernel, (NV, N, B * H), q, k, b_hi, b_lo, a, do, dh, dv, T, **config("output", q.dtype),
                WITH_DH=True, **meta)
