@@ -368,7 +368,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
     def forward(ctx, q, k, v, beta, g, S0, C):
         B, H, T, Dk = q.shape
         Dv = v.shape[-1]
-        gated = g is not None
+        gated, initial_given = g is not None, S0 is not None
         prec = precision(q.dtype)
         q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
         S0 = q.new_zeros(B, H, Dk, Dv, dtype=torch.float32) if S0 is None else S0.float().contiguous()
@@ -382,13 +382,13 @@ class _DeltaRuleTriton(torch.autograd.Function):
                **config("output", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV,
                GATE=int(Gate.SCALAR if gated else Gate.NONE), PREC=prec)
         ctx.save_for_backward(q, k, v, beta, b_hi, b_lo, S0, x)
-        ctx.cfg = (C, gated, None if g is None else g.dtype)
+        ctx.cfg = (C, gated, None if g is None else g.dtype, initial_given)
         return o, S
 
     @staticmethod
     def backward(ctx, do, dS):
         q, k, v, beta, b_hi, b_lo, S0, x = ctx.saved_tensors
-        C, gated, g_dtype = ctx.cfg
+        C, gated, g_dtype, initial_given = ctx.cfg
         B, H, T, Dk = q.shape
         Dv = v.shape[-1]
         N, BK, BV = triton.cdiv(T, C), block(Dk), block(Dv)
@@ -421,7 +421,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         dg = torch.empty(B, H, T, dtype=g_dtype, device=q.device) if gated else q
         launch(wy_bwd_da_kernel, (N, B * H), k, beta, b_hi, b_lo, x, dx, dbeta1, db1, dk_in, dg_in, dk, dbeta, dg, T,
                **config("wy", q.dtype), **meta)
-        return dq, dk, dv, dbeta, (dg if gated else None), dS0, None
+        return dq, dk, dv, dbeta, (dg if gated else None), (dS0 if initial_given else None), None
 
 
 def delta_rule_triton(q, k, v, beta, g, S0, C):
