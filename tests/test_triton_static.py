@@ -78,6 +78,9 @@ def test_tile_chooser_refuses_what_does_not_fit():
     for C in (8, 48, 128):
         with pytest.raises(ValueError, match="chunk_size in"):
             triton_linear.triton_linear_attention(q, q, q, S0, None, normalize=False, eps=0.0, chunk_size=C)
+    long = torch.zeros(1, 1, 16 * 65536, 16, device="meta")
+    with pytest.raises(ValueError, match="65535"):
+        triton_linear.triton_linear_attention(long, long, long, S0, None, normalize=False, eps=0.0, chunk_size=16)
     big = torch.zeros(1, 1, 32, 264)
     with pytest.raises(ValueError, match="Dk <= 256"):
         triton_delta.delta_rule_triton(big, big, q, q[..., 0], None, None, 64)

@@ -205,16 +205,19 @@ def main(argv=None):
     p.add_argument("--head-dim", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    p.add_argument("--heads", type=int, nargs="+", default=list(HEADS),
+                   help="batch*head counts to record launches at (the state tiles narrow at small counts)")
     a = p.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     print(f"{'op':<13} {'D':>4} {'sm':>3} {'kernel':<26} {'warps':>5} {'stages':>6} {'regs':>4} {'spill':>6} "
-          f"{'smem KiB':>8}")
+          f"{'smem KiB':>8}  tiles")
     for op in a.ops:
         for D in a.head_dim:
             for arch in a.arch:
-                for r in compile_op(op, arch, D, dtype):
+                for r in compile_op(op, arch, D, dtype, heads=a.heads):
                     print(f"{op:<13} {D:>4} {arch:>3} {r['name']:<26} {r['num_warps']:>5} {r['num_stages']:>6} "
-                          f"{r['registers']:>4} {r['spill']:>6} {r['shared'] / 1024:>8.1f}", flush=True)
+                          f"{r['registers']:>4} {r['spill']:>6} {r['shared'] / 1024:>8.1f}  "
+                          f"{r['constexprs'].get('BK', '')}x{r['constexprs'].get('BV', '')}", flush=True)
 
 
 if __name__ == "__main__":

@@ -72,11 +72,16 @@ def state_tiles(Dk, Dv, heads, device):
     return BK, BV
 
 
-def check_chunk(C):
-    """Raise ValueError unless C is a chunk size the kernels accept (16, 32 or 64)."""
+def check_chunk(C, T=0, heads=0):
+    """Raise ValueError unless C is a chunk size the kernels accept (16, 32 or 64) and the grids fit
+    CUDA's limits: chunks and batch*heads each index a grid axis of at most 65535 programs."""
     if C not in CHUNKS:
         raise ValueError(f"impl='triton' needs chunk_size in {CHUNKS} ((C, C) score tiles held in registers); "
                          f"got {C}. The chunk size does not change the result; use 64.")
+    if triton.cdiv(T, C) > 65535 or heads > 65535:
+        raise ValueError(f"impl='triton' runs one program per chunk and per batch*head on grid axes of at most "
+                         f"65535; got {triton.cdiv(T, C)} chunks of {C} and {heads} batch*heads. Split the batch "
+                         "or the sequence (carrying the state), or use impl='chunk'.")
 
 
 def precision(dtype):

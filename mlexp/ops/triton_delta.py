@@ -435,7 +435,7 @@ def delta_rule_triton(q, k, v, beta, g, S0, C):
     Raises:
         ValueError: C not in (16, 32, 64), Dk > 256, or float64 inputs.
     """
-    check_chunk(C)
+    check_chunk(C, q.shape[2], q.shape[0] * q.shape[1])
     precision(q.dtype)
     _state_tiles(q.shape[-1], v.shape[-1], q.dtype, 1, q.device)
     if q.shape[2] == 0:

@@ -93,7 +93,7 @@ class _ChunkTriton(torch.autograd.Function):
 
 def _apply(q, k, v, g, S0, C, gate):
     """Checks shared by both ops, then the autograd function; T = 0 returns at once."""
-    check_chunk(C)
+    check_chunk(C, q.shape[2], q.shape[0] * q.shape[1])
     precision(q.dtype)                                                           # refuses float64
     if q.shape[2] == 0:
         return v.new_empty(v.shape), S0.float()
