@@ -69,7 +69,7 @@ def test_hard_resets(full):
     and gradients (issue 13's example among them, where the loop gives [1, 1, 1.5, 1.75])."""
     out = _run("resets", full)
     assert out.pop("issue_example") == [[1.0, 1.0, 1.5, 1.75]] * 3
-    assert len(out) >= (250 if full else 100)
+    assert len(out) >= (340 if full else 140)
     assert not _over(out, TOL["fp32"]), _over(out, TOL["fp32"])
 
 
@@ -256,7 +256,7 @@ def group_resets(full=""):
                     else:
                         g[:, :, t] = R
                 x["g"] = g
-                _compare(op, x, lambda L: L, f"R={R:g} at {where}", errs, grads=(R != -float("inf")))
+                _compare(op, x, lambda L: L, f"R={R:g} at {where}", errs)
     return errs
 
 
