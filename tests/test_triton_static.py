@@ -109,3 +109,20 @@ def test_no_import_loop_between_delta_and_its_kernels():
         for node in ast.walk(_tree(name)):
             if isinstance(node, ast.ImportFrom):
                 assert node.module not in ("delta", "gated", "linear"), f"{name} imports .{node.module}"
+
+
+def test_empty_inputs_launch_nothing():
+    """Any empty dimension: zeros of v's shape, the initial state back unchanged, and no kernel launch
+    (a grid with no programs is an error on CUDA)."""
+    from mlexp.ops import triton_common, triton_delta, triton_linear
+    for B, H, T, Dk, Dv in ((0, 2, 5, 4, 3), (1, 0, 5, 4, 3), (1, 2, 0, 4, 3), (1, 2, 5, 0, 3), (1, 2, 5, 4, 0)):
+        q, k, v = torch.randn(B, H, T, Dk), torch.randn(B, H, T, Dk), torch.randn(B, H, T, Dv)
+        S0 = torch.randn(B, H, Dk, Dv)
+        with triton_common.recording() as rec:
+            outs = [triton_linear.triton_linear_attention(q, k, v, S0, None, normalize=False, eps=0.0, chunk_size=64)[:2],
+                    triton_linear.triton_gated_linear_attention(q, k, v, torch.zeros(B, H, T), S0, chunk_size=64),
+                    triton_delta.delta_rule_triton(q, k, v, torch.zeros(B, H, T), None, S0, 64)]
+        assert rec == []
+        for o, S in outs:
+            assert o.shape == v.shape and not o.any()
+            torch.testing.assert_close(S, S0)

@@ -438,8 +438,8 @@ def delta_rule_triton(q, k, v, beta, g, S0, C):
     check_chunk(C, q.shape[2], q.shape[0] * q.shape[1])
     precision(q.dtype)
     _state_tiles(q.shape[-1], v.shape[-1], q.dtype, 1, q.device)
-    if q.shape[2] == 0:
+    if 0 in q.shape or v.shape[-1] == 0:                                        # launch nothing
         B, H, _, Dk = q.shape
         S = q.new_zeros(B, H, Dk, v.shape[-1], dtype=torch.float32) if S0 is None else S0.float()
-        return v.new_empty(v.shape), S
+        return torch.zeros_like(v), S
     return _DeltaRuleTriton.apply(q, k, v, beta, g, S0, C)

@@ -92,11 +92,12 @@ class _ChunkTriton(torch.autograd.Function):
 
 
 def _apply(q, k, v, g, S0, C, gate):
-    """Checks shared by both ops, then the autograd function; T = 0 returns at once."""
+    """Checks shared by both ops, then the autograd function. An empty dimension launches nothing:
+    the output is zeros of v's shape (empty, or 0 for Dk = 0) and the state S0 is unchanged."""
     check_chunk(C, q.shape[2], q.shape[0] * q.shape[1])
     precision(q.dtype)                                                           # refuses float64
-    if q.shape[2] == 0:
-        return v.new_empty(v.shape), S0.float()
+    if 0 in q.shape or v.shape[-1] == 0:
+        return torch.zeros_like(v), S0.float()
     return _ChunkTriton.apply(q, k, v, g, S0, C, gate)
 
 
