@@ -9,7 +9,8 @@ Conventions of every kernel in mlexp.ops.triton_*:
   e^(b_i - b_j) is always formed as exp of a difference of pairs (``_dexp``) and only for
   j <= i, so every exponent is <= 0: nothing overflows and a hard reset (g = -inf) gives 0.
 * Dot operands are the input dtype (bf16 / fp16 multiplied as such) with fp32 accumulation;
-  fp32 inputs use ``input_precision="tf32x3"`` (three TF32 products, about fp32 accuracy).
+  fp32 inputs use ``input_precision="tf32x3"`` (three TF32 products, about fp32 accuracy) on
+  chunks and K/V tiles of 32 (``chunk_len``, ``tile``), which fit the registers of sm_80.
 * Every program id is converted to int64 before it enters an offset (B*H*T*D may pass 2^31).
 """
 import enum
@@ -18,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["Gate", "CHUNKS", "SUB", "G_FLOOR", "MAX_STATE_DK", "block", "check_chunk", "precision", "sm_count",
-           "state_tiles",
+__all__ = ["Gate", "CHUNKS", "SUB", "G_FLOOR", "MAX_STATE_DK", "block", "tile", "chunk_len", "check_chunk",
+           "precision", "sm_count", "state_tiles",
            "config", "launch", "recording", "chunk_cumsum"]
 
 
@@ -50,6 +51,22 @@ def block(D, cap=TILE):
     return min(cap, max(16, triton.next_power_of_2(D)))
 
 
+# fp32 operands take twice the registers of 16-bit ones and tf32x3 splits each in two: on sm_80
+# (operands of mma in registers) 64-wide fp32 tiles spilled up to 14 KB per thread. fp32 inputs
+# therefore run with chunks and K/V tiles of 32 (the result does not depend on them beyond rounding).
+F32_TILE = 32
+
+
+def tile(D, dtype):
+    """K or V tile of the chunk kernels for operands of ``dtype``: block(D), at most 32 for fp32."""
+    return block(D, F32_TILE if dtype == torch.float32 else TILE)
+
+
+def chunk_len(C, dtype):
+    """The chunk the kernels use for a requested C (already checked): C, at most 32 for fp32 inputs."""
+    return min(C, F32_TILE) if dtype == torch.float32 else C
+
+
 SMS_ELSEWHERE = 132       # the SM count assumed off CUDA (an H100); tests lower it to get the widest tiles
 
 
@@ -58,12 +75,12 @@ def sm_count(device):
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else SMS_ELSEWHERE
 
 
-def state_tiles(Dk, Dv, heads, device):
+def state_tiles(Dk, Dv, heads, device, dtype):
     """(BK, BV) of the sequential state kernels of linear/gated attention: 64 x 64 tiles, narrowed to
     32 and then 16 while the grid (K tiles x V tiles x heads) would leave SMs idle; the chunk loop is
     the one sequential part, so small batches need the parallelism across tiles (fla autotunes the
     same choice among 32 and 64)."""
-    BK, BV = block(Dk), block(Dv)
+    BK, BV = tile(Dk, dtype), tile(Dv, dtype)
     while BK * BV > 256 and triton.cdiv(Dk, BK) * triton.cdiv(Dv, BV) * heads < sm_count(device):
         if BK >= BV:
             BK //= 2

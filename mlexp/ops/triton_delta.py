@@ -21,8 +21,8 @@ import triton.language as tl
 
 from .triton_chunk import dqk_kernel, dv_kernel, output_kernel
 from .triton_common import (GATE_SCALAR, MAX_STATE_DK, Gate, _causal_dot, _dexp, _gamma, _load_b, _load_b_row,
-                            _program_ids, _put_rows, _rows, _state_ptr, block, check_chunk, chunk_cumsum, config,
-                            launch, precision, sm_count)
+                            _program_ids, _put_rows, _rows, _state_ptr, block, check_chunk, chunk_cumsum, chunk_len,
+                            config, launch, precision, sm_count, tile)
 
 __all__ = ["delta_rule_triton"]
 
@@ -339,7 +339,8 @@ def _wy(k, v, beta, b_hi, b_lo, x, C, gated, solve):
     Dv = v.shape[-1]
     w, u = torch.empty_like(k), torch.empty_like(v)
     launch(wy_fwd_kernel, (triton.cdiv(T, C), B * H), k, v, beta, b_hi, b_lo, x, w, u, T, **config("wy", k.dtype),
-           DK=Dk, DV=Dv, C=C, BK=block(Dk), BV=block(Dv), GATED=gated, SOLVE=solve, PREC=precision(k.dtype))
+           DK=Dk, DV=Dv, C=C, BK=tile(Dk, k.dtype), BV=tile(Dv, k.dtype), GATED=gated, SOLVE=solve,
+           PREC=precision(k.dtype))
     return w, u
 
 
@@ -377,7 +378,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         w, u = _wy(k, v, beta, b_hi, b_lo, x, C, gated, solve=True)
         h, vn, S = _delta_states(k, w, u, b_hi, b_lo, S0, C, gated, final=True)
         o = torch.empty_like(v)
-        BK, BV = block(Dk), block(Dv)
+        BK, BV = tile(Dk, q.dtype), tile(Dv, q.dtype)
         launch(output_kernel, (triton.cdiv(Dv, BV), triton.cdiv(T, C), B * H), q, k, vn, b_hi, b_lo, h, q, o, T,
                **config("output", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV,
                GATE=int(Gate.SCALAR if gated else Gate.NONE), PREC=prec)
@@ -391,7 +392,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         C, gated, g_dtype, initial_given = ctx.cfg
         B, H, T, Dk = q.shape
         Dv = v.shape[-1]
-        N, BK, BV = triton.cdiv(T, C), block(Dk), block(Dv)
+        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype), tile(Dv, q.dtype)
         prec = precision(q.dtype)
         gate = int(Gate.SCALAR if gated else Gate.NONE)
         f32 = dict(dtype=torch.float32, device=q.device)
@@ -442,4 +443,4 @@ def delta_rule_triton(q, k, v, beta, g, S0, C):
         B, H, _, Dk = q.shape
         S = q.new_zeros(B, H, Dk, v.shape[-1], dtype=torch.float32) if S0 is None else S0.float()
         return torch.zeros_like(v), S
-    return _DeltaRuleTriton.apply(q, k, v, beta, g, S0, C)
+    return _DeltaRuleTriton.apply(q, k, v, beta, g, S0, chunk_len(C, q.dtype))

@@ -4,7 +4,8 @@ import triton
 
 from .triton_chunk import (dqk_intra_channel_kernel, dqk_kernel, dv_kernel, output_kernel, scores_channel_kernel,
                            state_bwd_kernel, state_fwd_kernel)
-from .triton_common import SUB, Gate, block, check_chunk, chunk_cumsum, config, launch, precision, state_tiles
+from .triton_common import (SUB, Gate, check_chunk, chunk_cumsum, chunk_len, config, launch, precision, state_tiles,
+                            tile)
 
 __all__ = ["triton_linear_attention", "triton_gated_linear_attention"]
 
@@ -13,7 +14,7 @@ def _states(k, v, b_hi, b_lo, S0, C, gate, final):
     """Run (E1): S_n for every chunk, (B, H, N, Dk, Dv) in the operand dtype, and the final state."""
     B, H, T, Dk = k.shape
     Dv = v.shape[-1]
-    BK, BV = state_tiles(Dk, Dv, B * H, k.device)
+    BK, BV = state_tiles(Dk, Dv, B * H, k.device, k.dtype)
     h = torch.empty(B, H, triton.cdiv(T, C), Dk, Dv, dtype=k.dtype, device=k.device)
     S = torch.empty(B, H, Dk, Dv, dtype=torch.float32, device=k.device) if final else h
     launch(state_fwd_kernel, (triton.cdiv(Dk, BK), triton.cdiv(Dv, BV), B * H), k, v, b_hi, b_lo, S0, h, S, T,
@@ -38,7 +39,7 @@ class _ChunkTriton(torch.autograd.Function):
         S0 = S0.float().contiguous()
         b_hi, b_lo = chunk_cumsum(g.contiguous(), C) if gate else (q, q)     # unread without a gate
         h, S = _states(k, v, b_hi, b_lo, S0, C, gate, final=True)
-        N, BK, BV = triton.cdiv(T, C), block(Dk), block(Dv)
+        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype), tile(Dv, q.dtype)
         a = q
         if gate == Gate.CHANNEL:
             a = torch.empty(B, H, T, C, dtype=torch.float32, device=q.device)   # intra-chunk scores
@@ -57,9 +58,9 @@ class _ChunkTriton(torch.autograd.Function):
         C, gate, g_dtype = ctx.cfg
         B, H, T, Dk = q.shape
         Dv = v.shape[-1]
-        N, BK, BV = triton.cdiv(T, C), block(Dk), block(Dv)
+        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype), tile(Dv, q.dtype)
         NK, NV = triton.cdiv(Dk, BK), triton.cdiv(Dv, BV)
-        SK, SV = state_tiles(Dk, Dv, B * H, q.device)
+        SK, SV = state_tiles(Dk, Dv, B * H, q.device, q.dtype)
         prec = precision(q.dtype)
         do = torch.zeros_like(v) if do is None else do.to(v.dtype).contiguous()
         dS = torch.zeros_like(S0) if dS is None else dS.float().contiguous()
@@ -98,7 +99,7 @@ def _apply(q, k, v, g, S0, C, gate):
     precision(q.dtype)                                                           # refuses float64
     if 0 in q.shape or v.shape[-1] == 0:
         return torch.zeros_like(v), S0.float()
-    return _ChunkTriton.apply(q, k, v, g, S0, C, gate)
+    return _ChunkTriton.apply(q, k, v, g, S0, chunk_len(C, q.dtype), gate)
 
 
 def triton_linear_attention(q, k, v, S0, z0, *, normalize, eps, chunk_size):
