@@ -134,13 +134,19 @@ def forward_backward(fn, x, names):
     return run
 
 
-def grid_report(op, shape, dtype, sm_count):
-    """[(kernel name, programs, programs per SM)] of op's Triton launches, forward and backward,
-    recorded on meta tensors (no GPU needed)."""
+def grid_report(op, shape, dtype, sm_count, arch=90):
+    """[(kernel name, programs, programs per SM)] of op's Triton launches, forward and backward, as
+    made on a GPU of compute capability arch with sm_count SMs, recorded on meta tensors (no GPU needed)."""
+    from mlexp.ops import triton_common
     from mlexp.ops.triton_check import op_launches
     B, H, T, D = shape
     rows = []
-    for launch in op_launches(op.replace("gated_delta", "gated_delta"), B=B, H=H, T=T, Dk=D, Dv=D, dtype=dtype):
+    assumed, triton_common.SMS_ELSEWHERE = triton_common.SMS_ELSEWHERE, sm_count
+    try:
+        launches = op_launches(op, B=B, H=H, T=T, Dk=D, Dv=D, dtype=dtype, arch=arch)
+    finally:
+        triton_common.SMS_ELSEWHERE = assumed
+    for launch in launches:
         n = math.prod(launch["grid"])
         rows.append((launch["kernel"].__name__, n, n / sm_count))
     return rows
@@ -161,6 +167,7 @@ def main(argv=None):
     shapes = [tuple(int(s) for s in spec.split(",")) for spec in a.shapes]
     cuda = torch.cuda.is_available() and not a.dry_run
     sm = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
+    major, minor = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else (9, 0)
     print(f"# mlexp Triton kernels on {torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'} "
           f"({sm} SMs{'' if torch.cuda.is_available() else ', assumed'}), {a.dtype} inputs, torch "
           f"{torch.__version__}, triton {triton.__version__}")
@@ -180,7 +187,8 @@ def main(argv=None):
             errs = check(op, shape, dtype, device, fla)
             bad = {n: e for n, e in errs.items() if not e <= BOUND[dtype]}
             failed += bool(bad)
-            print(f"{op:>14} {shape}: {'PASS' if not bad else 'FAIL'}  " + " ".join(f"{n} {e:.1e}" for n, e in errs.items()))
+            print(f"{op:>14} {shape}: {'PASS' if not bad else 'FAIL'}  "
+                  + " ".join(f"{n} {e:.1e}" for n, e in errs.items()))
     if failed:
         print(f"\n{failed} correctness case(s) failed: not timing.")
         return 1
@@ -189,7 +197,7 @@ def main(argv=None):
     for shape in shapes:
         print(f"\n### (B, H, T, D) = {shape}")
         for op in a.ops:
-            grid = grid_report(op, shape, dtype, sm)
+            grid = grid_report(op, shape, dtype, sm, 10 * major + minor)
             print(f"{op:>14} grids: " + ", ".join(f"{k} {n} ({r:.1f}/SM)" for k, n, r in grid))
             if not cuda:
                 continue

@@ -15,15 +15,16 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # 16-bit kernels are sized not to spill; ptxas may still trade a few registers for occupancy on its
-# own (it chose 128 registers and 8 bytes of spill for one scores kernel with no cap in the PTX).
+# own (it chose 128 registers and 8 bytes of spill for a scores kernel with no cap in the PTX).
 SPILL_16BIT = 64
 
 
 def _check(results):
     assert results, "no kernel compiled"
     for r in results:
-        print(f"sm_{r['arch']} {r['name']:<26} warps {r['num_warps']} stages {r['num_stages']} regs {r['registers']:>3} "
-              f"spill {r['spill']:>5} B  smem {r['shared'] / 1024:6.1f} KiB  {r['constexprs']}")
+        print(f"sm_{r['arch']} {r['name']:<26} warps {r['num_warps']} stages {r['num_stages']} "
+              f"regs {r['registers']:>3} spill {r['spill']:>5} B  smem {r['shared'] / 1024:6.1f} KiB  "
+              f"{r['constexprs']}")
         assert r["shared"] <= r["shared_limit"], f"{r['name']} needs {r['shared']} B of shared memory"
         assert 0 < r["registers"] <= 255
     return results
@@ -45,8 +46,8 @@ def test_representative_kernels_compile_and_fit(op, head_dim, arch, dtype, kerne
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-@pytest.mark.parametrize("arch", [80, 90])
+@pytest.mark.parametrize("arch,dtype", [(80, "bf16"), (80, "fp32"), (90, "bf16"), (90, "fp32"),
+                                        (75, "fp16"), (75, "fp32")])   # sm_75: a T4, Colab's free GPU
 def test_every_kernel_compiles_at_every_head_size(arch, dtype):
     """Every kernel of every op, forward and backward, at head_dim 64, 128, 256 (the largest the
     tile chooser accepts for the delta rule), at uneven sizes and every chunk size, over batch*head
@@ -55,5 +56,5 @@ def test_every_kernel_compiles_at_every_head_size(arch, dtype):
     for op in OPS:
         for Dk, Dv, C in ((64, 64, 64), (128, 128, 64), (256, 256, 64), (200, 96, 64), (256, 256, 16), (128, 128, 32)):
             results = _check(compile_op(op, arch, Dk, DTYPES[dtype], C=C, Dv=Dv))
-            if dtype == "bf16" and Dk <= 128:
+            if dtype != "fp32" and Dk <= 128:
                 assert all(r["spill"] <= SPILL_16BIT for r in results), [r for r in results if r["spill"]]

@@ -119,7 +119,8 @@ def test_empty_inputs_launch_nothing():
         q, k, v = torch.randn(B, H, T, Dk), torch.randn(B, H, T, Dk), torch.randn(B, H, T, Dv)
         S0 = torch.randn(B, H, Dk, Dv)
         with triton_common.recording() as rec:
-            outs = [triton_linear.triton_linear_attention(q, k, v, S0, None, normalize=False, eps=0.0, chunk_size=64)[:2],
+            outs = [triton_linear.triton_linear_attention(q, k, v, S0, None, normalize=False, eps=0.0,
+                                                          chunk_size=64)[:2],
                     triton_linear.triton_gated_linear_attention(q, k, v, torch.zeros(B, H, T), S0, chunk_size=64),
                     triton_delta.delta_rule_triton(q, k, v, torch.zeros(B, H, T), None, S0, 64)]
         assert rec == []

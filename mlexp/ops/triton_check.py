@@ -24,7 +24,7 @@ import torch
 __all__ = ["SHARED_LIMIT", "OPS", "compile_op", "emulate_gpu_dots", "op_launches", "tf32_round"]
 
 # Largest dynamic shared memory one block may use (bytes), per compute capability major*10+minor.
-SHARED_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+SHARED_LIMIT = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 OPS = ("linear", "gated_scalar", "gated_channel", "delta", "gated_delta")
 _PTR = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "i32",
         torch.int64: "i64"}
@@ -33,12 +33,23 @@ _PTR = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", to
 # ----------------------------------------------------------------------------- recording launches
 
 
-def op_launches(op, B=1, H=1, T=256, Dk=64, Dv=64, dtype=torch.bfloat16, C=64, backward=True):
-    """The kernel launches (dicts from triton_common.launch) of one op's forward and backward.
+def op_launches(op, B=1, H=1, T=256, Dk=64, Dv=64, dtype=torch.bfloat16, C=64, backward=True, arch=90):
+    """The kernel launches (dicts from triton_common.launch) of one op's forward and backward, as the
+    wrappers make them on a GPU of compute capability arch (e.g. 80 for 8.0).
 
     Runs the Triton wrappers on meta tensors under triton_common.recording(), so nothing executes
     and no device is needed. op is one of OPS.
     """
+    from . import triton_common, triton_delta, triton_linear
+    assumed = triton_common.CAPABILITY_ELSEWHERE
+    triton_common.CAPABILITY_ELSEWHERE = divmod(arch, 10)
+    try:
+        return _record(op, B, H, T, Dk, Dv, dtype, C, backward)
+    finally:
+        triton_common.CAPABILITY_ELSEWHERE = assumed
+
+
+def _record(op, B, H, T, Dk, Dv, dtype, C, backward):
     from . import triton_common, triton_delta, triton_linear
 
     def leaf(*shape, dt=dtype):
@@ -132,7 +143,8 @@ def compile_op(op, arch, head_dim, dtype=torch.bfloat16, C=64, Dv=None, only=Non
     """
     seen, results = set(), []
     launches = [l for H in heads
-                for l in op_launches(op, H=H, Dk=head_dim, Dv=head_dim if Dv is None else Dv, dtype=dtype, C=C)]
+                for l in op_launches(op, H=H, Dk=head_dim, Dv=head_dim if Dv is None else Dv, dtype=dtype, C=C,
+                                     arch=arch)]
     for launch in launches:
         key = (launch["kernel"].__name__, tuple(sorted(launch["constexprs"].items())),
                tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in launch["args"]))

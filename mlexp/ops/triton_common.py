@@ -10,7 +10,8 @@ Conventions of every kernel in mlexp.ops.triton_*:
   j <= i, so every exponent is <= 0: nothing overflows and a hard reset (g = -inf) gives 0.
 * Dot operands are the input dtype (bf16 / fp16 multiplied as such) with fp32 accumulation;
   fp32 inputs use ``input_precision="tf32x3"`` (three TF32 products, about fp32 accuracy) on
-  chunks and K/V tiles of 32 (``chunk_len``, ``tile``), which fit the registers of sm_80.
+  chunks and K/V tiles of 32 (``chunk_len``, ``tile``), which fit the registers of sm_80 (so do
+  all dtypes before sm_80).
 * Every program id is converted to int64 before it enters an offset (B*H*T*D may pass 2^31).
 """
 import enum
@@ -52,19 +53,30 @@ def block(D, cap=TILE):
 
 
 # fp32 operands take twice the registers of 16-bit ones and tf32x3 splits each in two: on sm_80
-# (operands of mma in registers) 64-wide fp32 tiles spilled up to 14 KB per thread. fp32 inputs
-# therefore run with chunks and K/V tiles of 32 (the result does not depend on them beyond rounding).
-F32_TILE = 32
+# (operands of mma in registers) 64-wide fp32 tiles spilled up to 14 KB per thread. On sm_75 (a T4,
+# Colab's free GPU) even 16-bit 64-wide tiles did. Those run with chunks and K/V tiles of 32; the
+# result does not depend on them beyond rounding.
+NARROW_TILE = 32
+CAPABILITY_ELSEWHERE = (9, 0)   # compute capability assumed off CUDA; the AOT check sets its target's
 
 
-def tile(D, dtype):
-    """K or V tile of the chunk kernels for operands of ``dtype``: block(D), at most 32 for fp32."""
-    return block(D, F32_TILE if dtype == torch.float32 else TILE)
+def capability(device):
+    """(major, minor) compute capability of a CUDA device (no synchronisation); CAPABILITY_ELSEWHERE otherwise."""
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else CAPABILITY_ELSEWHERE
 
 
-def chunk_len(C, dtype):
-    """The chunk the kernels use for a requested C (already checked): C, at most 32 for fp32 inputs."""
-    return min(C, F32_TILE) if dtype == torch.float32 else C
+def _narrow(dtype, device):
+    return dtype == torch.float32 or capability(device) < (8, 0)
+
+
+def tile(D, dtype, device):
+    """K or V tile of the chunk kernels: block(D), at most 32 for fp32 operands or before sm_80."""
+    return block(D, NARROW_TILE if _narrow(dtype, device) else TILE)
+
+
+def chunk_len(C, dtype, device):
+    """The chunk the kernels use for a requested C (already checked): C, at most 32 where tiles are narrow."""
+    return min(C, NARROW_TILE) if _narrow(dtype, device) else C
 
 
 SMS_ELSEWHERE = 132       # the SM count assumed off CUDA (an H100); tests lower it to get the widest tiles
@@ -80,7 +92,7 @@ def state_tiles(Dk, Dv, heads, device, dtype):
     32 and then 16 while the grid (K tiles x V tiles x heads) would leave SMs idle; the chunk loop is
     the one sequential part, so small batches need the parallelism across tiles (fla autotunes the
     same choice among 32 and 64)."""
-    BK, BV = tile(Dk, dtype), tile(Dv, dtype)
+    BK, BV = tile(Dk, dtype, device), tile(Dv, dtype, device)
     while BK * BV > 256 and triton.cdiv(Dk, BK) * triton.cdiv(Dv, BV) * heads < sm_count(device):
         if BK >= BV:
             BK //= 2

@@ -21,8 +21,8 @@ import triton.language as tl
 
 from .triton_chunk import dqk_kernel, dv_kernel, output_kernel
 from .triton_common import (GATE_SCALAR, MAX_STATE_DK, Gate, _causal_dot, _dexp, _gamma, _load_b, _load_b_row,
-                            _program_ids, _put_rows, _rows, _state_ptr, block, check_chunk, chunk_cumsum, chunk_len,
-                            config, launch, precision, sm_count, tile)
+                            _narrow, _program_ids, _put_rows, _rows, _state_ptr, block, check_chunk, chunk_cumsum,
+                            chunk_len, config, launch, precision, sm_count, tile)
 
 __all__ = ["delta_rule_triton"]
 
@@ -98,6 +98,13 @@ def _slice_write(x, bh, t, s, scale, y, T, DK: tl.constexpr, BK: tl.constexpr, P
 
 
 @triton.jit
+def _slice_back(q, w, bh, t, s, dS, dec, sq, do, dv, T, DK: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+    """Slice s of (D4)'s dS_n = e^b_last dS_{n+1} + (Q e^b)^T dO - W^T dV' (dec = e^b_last, sq = e^b)."""
+    return (dS * dec + _slice_write(q, bh, t, s, sq, do, T, DK, BK, PREC)
+            - _slice_write(w, bh, t, s, 1.0, dv, T, DK, BK, PREC))
+
+
+@triton.jit
 def _slice_ptr(ptr, i, s, rv, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr):
     """Pointers and mask of rows s*BK .. of state number i in a (..., DK, DV) stack of states."""
     r = s * BK + tl.arange(0, BK)
@@ -154,7 +161,7 @@ def delta_state_fwd_kernel(k, w, u, b_hi, b_lo, s0, h, vn, s_out, T, DK: tl.cons
             v -= _slice_dot(w, i_bh, t, 3, S3, 1.0, T, DK, BK, PREC)
         v = v.to(DT)
         _put_rows(vn, v, i_bh, t, t < T, rv, rv < DV, T, DV)
-        if GATED:                                                                # S <- e^b_last S + (K e^(b_last - b))^T V'
+        if GATED:                                                 # S <- e^b_last S + (K e^(b_last - b))^T V'
             hi, lo = _load_b(b_hi, b_lo, i_bh, t, rv, rv < DV, T, 1, GATE_SCALAR)
             hl, ll = _load_b_row(b_hi, b_lo, i_bh, n * C + C - 1, rv, rv < DV, T, 1, GATE_SCALAR)
             dec, sc = tl.exp(hl + ll), _dexp(hl, ll, hi, lo)
@@ -211,14 +218,14 @@ def delta_state_bwd_kernel(q, k, w, b_hi, b_lo, do, dvl, ds_t, dh, dvn, ds0, T, 
         if NS > 3:
             dv += _slice_dot(k, i_bh, t, 3, dS3, sk, T, DK, BK, PREC)
         _put_rows(dvn, dv, i_bh, t, t < T, rv, rv < DV, T, DV)
-        doc = _rows(do, i_bh, t, t < T, rv, rv < DV, T, DV)                       # dS_n = e^b_last dS_{n+1}
-        dS0 = dS0 * dec + _slice_write(q, i_bh, t, 0, sq, doc, T, DK, BK, PREC) - _slice_write(w, i_bh, t, 0, 1.0, dv, T, DK, BK, PREC)
-        if NS > 1:                                                                #   + (Q e^b)^T dO - W^T dV'
-            dS1 = dS1 * dec + _slice_write(q, i_bh, t, 1, sq, doc, T, DK, BK, PREC) - _slice_write(w, i_bh, t, 1, 1.0, dv, T, DK, BK, PREC)
+        doc = _rows(do, i_bh, t, t < T, rv, rv < DV, T, DV)
+        dS0 = _slice_back(q, w, i_bh, t, 0, dS0, dec, sq, doc, dv, T, DK, BK, PREC)
+        if NS > 1:
+            dS1 = _slice_back(q, w, i_bh, t, 1, dS1, dec, sq, doc, dv, T, DK, BK, PREC)
         if NS > 2:
-            dS2 = dS2 * dec + _slice_write(q, i_bh, t, 2, sq, doc, T, DK, BK, PREC) - _slice_write(w, i_bh, t, 2, 1.0, dv, T, DK, BK, PREC)
+            dS2 = _slice_back(q, w, i_bh, t, 2, dS2, dec, sq, doc, dv, T, DK, BK, PREC)
         if NS > 3:
-            dS3 = dS3 * dec + _slice_write(q, i_bh, t, 3, sq, doc, T, DK, BK, PREC) - _slice_write(w, i_bh, t, 3, 1.0, dv, T, DK, BK, PREC)
+            dS3 = _slice_back(q, w, i_bh, t, 3, dS3, dec, sq, doc, dv, T, DK, BK, PREC)
     _slice_store(ds0, i_bh, 0, dS0, rv, DK, DV, BK, NS)
     _slice_store(ds0, i_bh, 1, dS1, rv, DK, DV, BK, NS)
     _slice_store(ds0, i_bh, 2, dS2, rv, DK, DV, BK, NS)
@@ -321,12 +328,13 @@ def wy_bwd_da_kernel(k, beta, b_hi, b_lo, x, dx, dbeta1, db1, dk_in, dg_in, dk, 
 
 def _state_tiles(Dk, Dv, dtype, heads, device):
     """(BK, BV) of the delta-rule state kernels: slices of BK <= 64 rows, at most four (Dk <= 256);
-    BV so that the whole (Dk, BV) fp32 state stays near 64 x 64 values (32 x 64 for fp32 operands),
+    BV so that the whole (Dk, BV) fp32 state stays near 64 x 64 values (32 x 64 where tiles are
+    narrow: fp32 operands, or before sm_80),
     halved down to 16 while the grid (V tiles x heads) would leave SMs idle."""
     if Dk > MAX_STATE_DK:
         raise ValueError(f"impl='triton' holds all Dk rows of a delta-rule state in one program, as at most "
                          f"four 64-row slices, so Dk <= {MAX_STATE_DK}; got {Dk}. Use impl='chunk'.")
-    budget = 2048 if dtype == torch.float32 else 4096
+    budget = 2048 if _narrow(dtype, device) else 4096
     BV = min(block(Dv), max(16, budget // block(Dk, cap=MAX_STATE_DK)))
     while BV > 16 and triton.cdiv(Dv, BV) * heads < sm_count(device):
         BV //= 2
@@ -339,7 +347,7 @@ def _wy(k, v, beta, b_hi, b_lo, x, C, gated, solve):
     Dv = v.shape[-1]
     w, u = torch.empty_like(k), torch.empty_like(v)
     launch(wy_fwd_kernel, (triton.cdiv(T, C), B * H), k, v, beta, b_hi, b_lo, x, w, u, T, **config("wy", k.dtype),
-           DK=Dk, DV=Dv, C=C, BK=tile(Dk, k.dtype), BV=tile(Dv, k.dtype), GATED=gated, SOLVE=solve,
+           DK=Dk, DV=Dv, C=C, BK=tile(Dk, k.dtype, k.device), BV=tile(Dv, k.dtype, k.device), GATED=gated, SOLVE=solve,
            PREC=precision(k.dtype))
     return w, u
 
@@ -378,7 +386,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         w, u = _wy(k, v, beta, b_hi, b_lo, x, C, gated, solve=True)
         h, vn, S = _delta_states(k, w, u, b_hi, b_lo, S0, C, gated, final=True)
         o = torch.empty_like(v)
-        BK, BV = tile(Dk, q.dtype), tile(Dv, q.dtype)
+        BK, BV = tile(Dk, q.dtype, q.device), tile(Dv, q.dtype, q.device)
         launch(output_kernel, (triton.cdiv(Dv, BV), triton.cdiv(T, C), B * H), q, k, vn, b_hi, b_lo, h, q, o, T,
                **config("output", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV,
                GATE=int(Gate.SCALAR if gated else Gate.NONE), PREC=prec)
@@ -392,7 +400,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         C, gated, g_dtype, initial_given = ctx.cfg
         B, H, T, Dk = q.shape
         Dv = v.shape[-1]
-        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype), tile(Dv, q.dtype)
+        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype, q.device), tile(Dv, q.dtype, q.device)
         prec = precision(q.dtype)
         gate = int(Gate.SCALAR if gated else Gate.NONE)
         f32 = dict(dtype=torch.float32, device=q.device)
@@ -443,4 +451,4 @@ def delta_rule_triton(q, k, v, beta, g, S0, C):
         B, H, _, Dk = q.shape
         S = q.new_zeros(B, H, Dk, v.shape[-1], dtype=torch.float32) if S0 is None else S0.float()
         return torch.zeros_like(v), S
-    return _DeltaRuleTriton.apply(q, k, v, beta, g, S0, chunk_len(C, q.dtype))
+    return _DeltaRuleTriton.apply(q, k, v, beta, g, S0, chunk_len(C, q.dtype, q.device))

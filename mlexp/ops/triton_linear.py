@@ -39,7 +39,7 @@ class _ChunkTriton(torch.autograd.Function):
         S0 = S0.float().contiguous()
         b_hi, b_lo = chunk_cumsum(g.contiguous(), C) if gate else (q, q)     # unread without a gate
         h, S = _states(k, v, b_hi, b_lo, S0, C, gate, final=True)
-        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype), tile(Dv, q.dtype)
+        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype, q.device), tile(Dv, q.dtype, q.device)
         a = q
         if gate == Gate.CHANNEL:
             a = torch.empty(B, H, T, C, dtype=torch.float32, device=q.device)   # intra-chunk scores
@@ -58,7 +58,7 @@ class _ChunkTriton(torch.autograd.Function):
         C, gate, g_dtype = ctx.cfg
         B, H, T, Dk = q.shape
         Dv = v.shape[-1]
-        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype), tile(Dv, q.dtype)
+        N, BK, BV = triton.cdiv(T, C), tile(Dk, q.dtype, q.device), tile(Dv, q.dtype, q.device)
         NK, NV = triton.cdiv(Dk, BK), triton.cdiv(Dv, BV)
         SK, SV = state_tiles(Dk, Dv, B * H, q.device, q.dtype)
         prec = precision(q.dtype)
@@ -99,7 +99,7 @@ def _apply(q, k, v, g, S0, C, gate):
     precision(q.dtype)                                                           # refuses float64
     if 0 in q.shape or v.shape[-1] == 0:
         return torch.zeros_like(v), S0.float()
-    return _ChunkTriton.apply(q, k, v, g, S0, chunk_len(C, q.dtype), gate)
+    return _ChunkTriton.apply(q, k, v, g, S0, chunk_len(C, q.dtype, q.device), gate)
 
 
 def triton_linear_attention(q, k, v, S0, z0, *, normalize, eps, chunk_size):
