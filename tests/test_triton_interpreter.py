@@ -219,6 +219,7 @@ def group_dtype(name):
 
 def group_tf32():
     from mlexp.ops import triton_common
+    triton_common.CAPABILITY_ELSEWHERE = (8, 0)  # the tiles and configs an A100 gets
     out = {}
     for prec in ("tf32x3", "tf32"):
         triton_common.F32_PRECISION = prec                        # what the wrappers ask tl.dot for
@@ -231,6 +232,8 @@ def group_tf32():
 
 def group_resets(full=""):
     import torch
+    from mlexp.ops import triton_common
+    triton_common.CAPABILITY_ELSEWHERE = (7, 5)  # the narrow tiles a T4 gets
     errs = {}
     example = []
     ones = torch.ones(1, 1, 4, 1)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["Gate", "CHUNKS", "SUB", "G_FLOOR", "MAX_STATE_DK", "block", "tile", "chunk_len", "check_chunk",
+__all__ = ["Gate", "CHUNKS", "SUB", "G_FLOOR", "MAX_STATE_DK", "block", "tile", "dqk_tiles", "chunk_len", "check_chunk",
            "precision", "sm_count", "state_tiles",
            "config", "launch", "recording", "chunk_cumsum"]
 
@@ -72,6 +72,15 @@ def _narrow(dtype, device):
 def tile(D, dtype, device):
     """K or V tile of the chunk kernels: block(D), at most 32 for fp32 operands or before sm_80."""
     return block(D, NARROW_TILE if _narrow(dtype, device) else TILE)
+
+
+def dqk_tiles(Dk, Dv, dtype, device):
+    """(BK, BV) of dqk_kernel: tiles, halved (to at least 16) before sm_90, where the operands of mma
+    stay in registers and the kernel's (C, BK) accumulators and (C, C) dP already take half of them."""
+    BK, BV = tile(Dk, dtype, device), tile(Dv, dtype, device)
+    if capability(device) < (9, 0):
+        BK, BV = max(16, BK // 2), max(16, BV // 2)
+    return BK, BV
 
 
 def chunk_len(C, dtype, device):
@@ -138,9 +147,15 @@ _CONFIGS = {
 }
 
 
-def config(kind, dtype):
-    """dict(num_warps=..., num_stages=...) for a kind of kernel and operand dtype (see _CONFIGS)."""
-    num_warps, num_stages = _CONFIGS[kind][dtype == torch.float32]
+# Before sm_90 the operands of mma live in registers; the dqk kernel's second pipeline stage cost
+# up to 430 B of spill per thread there (and nothing on sm_90a).
+_CONFIGS_BEFORE_SM90 = {"dqk": ((8, 1), (8, 1))}
+
+
+def config(kind, dtype, device):
+    """dict(num_warps=..., num_stages=...) for a kind of kernel, operand dtype and device (see _CONFIGS)."""
+    table = _CONFIGS_BEFORE_SM90 if capability(device) < (9, 0) and kind in _CONFIGS_BEFORE_SM90 else _CONFIGS
+    num_warps, num_stages = table[kind][dtype == torch.float32]
     return dict(num_warps=num_warps, num_stages=num_stages)
 
 

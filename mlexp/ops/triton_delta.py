@@ -22,7 +22,7 @@ import triton.language as tl
 from .triton_chunk import dqk_kernel, dv_kernel, output_kernel
 from .triton_common import (GATE_SCALAR, MAX_STATE_DK, Gate, _causal_dot, _dexp, _gamma, _load_b, _load_b_row,
                             _narrow, _program_ids, _put_rows, _rows, _state_ptr, block, check_chunk, chunk_cumsum,
-                            chunk_len, config, launch, precision, sm_count, tile)
+                            chunk_len, config, dqk_tiles, launch, precision, sm_count, tile)
 
 __all__ = ["delta_rule_triton"]
 
@@ -346,7 +346,8 @@ def _wy(k, v, beta, b_hi, b_lo, x, C, gated, solve):
     B, H, T, Dk = k.shape
     Dv = v.shape[-1]
     w, u = torch.empty_like(k), torch.empty_like(v)
-    launch(wy_fwd_kernel, (triton.cdiv(T, C), B * H), k, v, beta, b_hi, b_lo, x, w, u, T, **config("wy", k.dtype),
+    launch(wy_fwd_kernel, (triton.cdiv(T, C), B * H), k, v, beta, b_hi, b_lo, x, w, u, T,
+           **config("wy", k.dtype, k.device),
            DK=Dk, DV=Dv, C=C, BK=tile(Dk, k.dtype, k.device), BV=tile(Dv, k.dtype, k.device), GATED=gated, SOLVE=solve,
            PREC=precision(k.dtype))
     return w, u
@@ -361,7 +362,7 @@ def _delta_states(k, w, u, b_hi, b_lo, S0, C, gated, final):
     vn = torch.empty_like(u)
     S = torch.empty(B, H, Dk, Dv, dtype=torch.float32, device=k.device) if final else h
     launch(delta_state_fwd_kernel, (triton.cdiv(Dv, BV), B * H), k, w, u, b_hi, b_lo, S0, h, vn, S, T,
-           **config("delta_state", k.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATED=gated, STORE_FINAL=final,
+           **config("delta_state", k.dtype, k.device), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATED=gated, STORE_FINAL=final,
            PREC=precision(k.dtype))
     return h, vn, (S if final else None)
 
@@ -388,7 +389,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         o = torch.empty_like(v)
         BK, BV = tile(Dk, q.dtype, q.device), tile(Dv, q.dtype, q.device)
         launch(output_kernel, (triton.cdiv(Dv, BV), triton.cdiv(T, C), B * H), q, k, vn, b_hi, b_lo, h, q, o, T,
-               **config("output", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV,
+               **config("output", q.dtype, q.device), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV,
                GATE=int(Gate.SCALAR if gated else Gate.NONE), PREC=prec)
         ctx.save_for_backward(q, k, v, beta, b_hi, b_lo, S0, x)
         ctx.cfg = (C, gated, None if g is None else g.dtype, initial_given)
@@ -410,26 +411,28 @@ class _DeltaRuleTriton(torch.autograd.Function):
         h, vn, _ = _delta_states(k, w, u, b_hi, b_lo, S0, C, gated, final=False)
         dvl = torch.empty(B, H, T, Dv, **f32)                                     # P^T dO
         launch(dv_kernel, (triton.cdiv(Dv, BV), N, B * H), q, k, b_hi, b_lo, q, do, q, dvl, T,
-               **config("output", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=gate, WITH_DH=False, PREC=prec)
+               **config("output", q.dtype, q.device), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=gate, WITH_DH=False,
+               PREC=prec)
         SK, SV = _state_tiles(Dk, Dv, q.dtype, B * H, q.device)
         dh, dvn, dS0 = torch.empty_like(h), torch.empty(B, H, T, Dv, **f32), torch.empty_like(S0)
         launch(delta_state_bwd_kernel, (triton.cdiv(Dv, SV), B * H), q, k, w, b_hi, b_lo, do, dvl, dS, dh, dvn, dS0,
-               T, **config("delta_state", q.dtype), DK=Dk, DV=Dv, C=C, BK=SK, BV=SV, GATED=gated, PREC=prec)
-        NK = triton.cdiv(Dk, BK)
+               T, **config("delta_state", q.dtype, q.device), DK=Dk, DV=Dv, C=C, BK=SK, BV=SV, GATED=gated, PREC=prec)
+        QK, QV = dqk_tiles(Dk, Dv, q.dtype, q.device)
+        NK = triton.cdiv(Dk, QK)
         dq, dk_in, dw = torch.empty_like(q), torch.empty(q.shape, **f32), torch.empty(q.shape, **f32)
         dgp = torch.empty(NK, B, H, T, **f32) if gated else q
         launch(dqk_kernel, (NK, N, B * H), q, k, vn, b_hi, b_lo, h, dh, do, dvn, dq, dk_in, dw, q, q, dgp, T,
-               **config("dqk", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=gate, DELTA=True, PREC=prec)
+               **config("dqk", q.dtype, q.device), DK=Dk, DV=Dv, C=C, BK=QK, BV=QV, GATE=gate, DELTA=True, PREC=prec)
         dg_in = (dgp.sum(0) if NK > 1 else dgp[0]) if gated else q
         dk, dv, dbeta = torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
         dx, dbeta1 = torch.empty(B, H, T, C, **f32), torch.empty(B, H, T, **f32)
         db1 = torch.empty(B, H, T, **f32) if gated else q
         meta = dict(DK=Dk, C=C, BK=BK, GATED=gated, PREC=prec)
         launch(wy_bwd_dx_kernel, (N, B * H), k, v, beta, b_hi, b_lo, x, dw, dvn, dk_in, dv, dx, dbeta1, db1, T,
-               **config("wy", q.dtype), DV=Dv, BV=BV, **meta)
+               **config("wy", q.dtype, q.device), DV=Dv, BV=BV, **meta)
         dg = torch.empty(B, H, T, dtype=g_dtype, device=q.device) if gated else q
         launch(wy_bwd_da_kernel, (N, B * H), k, beta, b_hi, b_lo, x, dx, dbeta1, db1, dk_in, dg_in, dk, dbeta, dg, T,
-               **config("wy", q.dtype), **meta)
+               **config("wy", q.dtype, q.device), **meta)
         return dq, dk, dv, dbeta, (dg if gated else None), (dS0 if initial_given else None), None
 
 

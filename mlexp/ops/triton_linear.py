@@ -4,8 +4,8 @@ import triton
 
 from .triton_chunk import (dqk_intra_channel_kernel, dqk_kernel, dv_kernel, output_kernel, scores_channel_kernel,
                            state_bwd_kernel, state_fwd_kernel)
-from .triton_common import (SUB, Gate, check_chunk, chunk_cumsum, chunk_len, config, launch, precision, state_tiles,
-                            tile)
+from .triton_common import (SUB, Gate, check_chunk, chunk_cumsum, chunk_len, config, dqk_tiles, launch, precision,
+                            state_tiles, tile)
 
 __all__ = ["triton_linear_attention", "triton_gated_linear_attention"]
 
@@ -18,7 +18,7 @@ def _states(k, v, b_hi, b_lo, S0, C, gate, final):
     h = torch.empty(B, H, triton.cdiv(T, C), Dk, Dv, dtype=k.dtype, device=k.device)
     S = torch.empty(B, H, Dk, Dv, dtype=torch.float32, device=k.device) if final else h
     launch(state_fwd_kernel, (triton.cdiv(Dk, BK), triton.cdiv(Dv, BV), B * H), k, v, b_hi, b_lo, S0, h, S, T,
-           **config("state", k.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=int(gate), STORE_FINAL=final,
+           **config("state", k.dtype, k.device), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=int(gate), STORE_FINAL=final,
            PREC=precision(k.dtype))
     return h, (S if final else None)
 
@@ -44,10 +44,10 @@ class _ChunkTriton(torch.autograd.Function):
         if gate == Gate.CHANNEL:
             a = torch.empty(B, H, T, C, dtype=torch.float32, device=q.device)   # intra-chunk scores
             launch(scores_channel_kernel, (N * (C // SUB), B * H), q, k, b_hi, b_lo, a, T,
-                   **config("scores", q.dtype), DK=Dk, C=C, BK=BK, SUB=SUB, PREC=prec)
+                   **config("scores", q.dtype, q.device), DK=Dk, C=C, BK=BK, SUB=SUB, PREC=prec)
         o = torch.empty_like(v)
         launch(output_kernel, (triton.cdiv(Dv, BV), N, B * H), q, k, v, b_hi, b_lo, h, a, o, T,
-               **config("output", q.dtype), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=int(gate), PREC=prec)
+               **config("output", q.dtype, q.device), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATE=int(gate), PREC=prec)
         ctx.save_for_backward(q, k, v, b_hi, b_lo, S0, a)
         ctx.cfg = (C, gate, None if g is None else g.dtype)
         return o, S
@@ -69,26 +69,27 @@ class _ChunkTriton(torch.autograd.Function):
         dh = torch.empty_like(h)                                                 # dS_{n+1} for chunk n
         dS0 = torch.empty_like(S0)
         launch(state_bwd_kernel, (triton.cdiv(Dk, SK), triton.cdiv(Dv, SV), B * H), q, b_hi, b_lo, do, dS, dh, dS0, T,
-               **config("state", q.dtype), **dict(meta, BK=SK, BV=SV))
+               **config("state", q.dtype, q.device), **dict(meta, BK=SK, BV=SV))
         dv = torch.empty_like(v)
-        launch(dv_kernel, (NV, N, B * H), q, k, b_hi, b_lo, a, do, dh, dv, T, **config("output", q.dtype),
+        launch(dv_kernel, (NV, N, B * H), q, k, b_hi, b_lo, a, do, dh, dv, T, **config("output", q.dtype, q.device),
                WITH_DH=True, **meta)
         dq, dk, dg = torch.empty_like(q), torch.empty_like(k), None
+        QK, QV = dqk_tiles(Dk, Dv, q.dtype, q.device)
         if gate == Gate.CHANNEL:
             f32 = dict(dtype=torch.float32, device=q.device)
             dq_in, dk_in = torch.empty(q.shape, **f32), torch.empty(k.shape, **f32)
             dp, dbl = torch.empty(B, H, T, C, **f32), torch.empty(B, H, N, Dk, **f32)
-            launch(dqk_kernel, (NK, N, B * H), q, k, v, b_hi, b_lo, h, dh, do, q, dq_in, dk_in, q, dp, dbl, q, T,
-                   **config("dqk", q.dtype), DELTA=False, **meta)
+            launch(dqk_kernel, (triton.cdiv(Dk, QK), N, B * H), q, k, v, b_hi, b_lo, h, dh, do, q, dq_in, dk_in, q, dp,
+                   dbl, q, T, **config("dqk", q.dtype, q.device), DELTA=False, **dict(meta, BK=QK, BV=QV))
             dg = torch.empty(B, H, T, Dk, dtype=g_dtype, device=q.device)
             launch(dqk_intra_channel_kernel, (NK, N, B * H), q, k, b_hi, b_lo, dp, dq_in, dk_in, dbl, dq, dk, dg, T,
-                   **config("intra", q.dtype), DK=Dk, C=C, BK=BK, SUB=SUB, PREC=prec)
+                   **config("intra", q.dtype, q.device), DK=Dk, C=C, BK=BK, SUB=SUB, PREC=prec)
         else:
-            dgp = torch.empty(NK, B, H, T, dtype=torch.float32, device=q.device) if gate else q
-            launch(dqk_kernel, (NK, N, B * H), q, k, v, b_hi, b_lo, h, dh, do, q, dq, dk, q, q, q, dgp, T,
-                   **config("dqk", q.dtype), DELTA=False, **meta)
+            dgp = torch.empty(triton.cdiv(Dk, QK), B, H, T, dtype=torch.float32, device=q.device) if gate else q
+            launch(dqk_kernel, (triton.cdiv(Dk, QK), N, B * H), q, k, v, b_hi, b_lo, h, dh, do, q, dq, dk, q, q, q, dgp,
+                   T, **config("dqk", q.dtype, q.device), DELTA=False, **dict(meta, BK=QK, BV=QV))
             if gate:
-                dg = (dgp.sum(0) if NK > 1 else dgp[0]).to(g_dtype)
+                dg = (dgp.sum(0) if dgp.shape[0] > 1 else dgp[0]).to(g_dtype)
         return dq, dk, dv, dg, dS0, None, None
 
 
