@@ -76,11 +76,17 @@ def tile(D, dtype, device):
 
 def dqk_tiles(Dk, Dv, dtype, device):
     """(BK, BV) of dqk_kernel: tiles, halved (to at least 16) before sm_90, where the operands of mma
-    stay in registers and the kernel's (C, BK) accumulators and (C, C) dP already take half of them."""
+    stay in registers and the kernel's (C, BK) accumulators and (C, C) dP already take half of them,
+    and for fp32 operands (tf32x3 splits each in two)."""
     BK, BV = tile(Dk, dtype, device), tile(Dv, dtype, device)
-    if capability(device) < (9, 0):
+    if _dqk_small(dtype, device):
         BK, BV = max(16, BK // 2), max(16, BV // 2)
     return BK, BV
+
+
+def _dqk_small(dtype, device):
+    """Before sm_90 (mma operands in registers), or with fp32 operands split in two by tf32x3."""
+    return capability(device) < (9, 0) or dtype == torch.float32
 
 
 def chunk_len(C, dtype, device):
@@ -143,18 +149,19 @@ _CONFIGS = {
     "dqk": ((8, 2), (8, 2)),          # (E5), (E6): chunk-parallel, loop over V tiles; four (C, 64) accumulators
     "intra": ((4, 2), (4, 2)),        # per-channel intra-chunk dq, dk, dg
     "wy": ((8, 1), (8, 1)),           # delta rule: triangular solve, W and U, and their gradients: (C, C) tiles
-    "delta_state": ((8, 2), (8, 1)),  # delta rule: sequential, the state as up to four (64, BV) slices
+    "delta_state": ((8, 2), (4, 1)),  # delta rule: sequential, the state as up to four (64, BV) slices
 }
 
 
 # Before sm_90 the operands of mma live in registers; the dqk kernel's second pipeline stage cost
-# up to 430 B of spill per thread there (and nothing on sm_90a).
+# up to 430 B of spill per thread there (and nothing on sm_90a with 16-bit operands; fp32 ones
+# take this configuration everywhere).
 _CONFIGS_BEFORE_SM90 = {"dqk": ((8, 1), (8, 1))}
 
 
 def config(kind, dtype, device):
     """dict(num_warps=..., num_stages=...) for a kind of kernel, operand dtype and device (see _CONFIGS)."""
-    table = _CONFIGS_BEFORE_SM90 if capability(device) < (9, 0) and kind in _CONFIGS_BEFORE_SM90 else _CONFIGS
+    table = _CONFIGS_BEFORE_SM90 if kind in _CONFIGS_BEFORE_SM90 and _dqk_small(dtype, device) else _CONFIGS
     num_warps, num_stages = table[kind][dtype == torch.float32]
     return dict(num_warps=num_warps, num_stages=num_stages)
 
