@@ -309,50 +309,6 @@ def edge_costs(a, device):
           "finite check: the sum over the outputs that decides whether any input was NaN or inf)")
 
 
-def _fla_ops():
-    """fla's chunk kernels as callables taking our inputs dict (B, H, T, D), or the reason they are missing."""
-    try:
-        from fla.ops.delta_rule import chunk_delta_rule
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-        from fla.ops.gla import chunk_gla
-        from fla.ops.simple_gla import chunk_simple_gla
-    except Exception as e:                                       # noqa: BLE001 - any import failure means skip
-        return None, f"{type(e).__name__}: {e}"
-    t = lambda x: x.transpose(1, 2)                               # fla takes (B, T, H, D)  # noqa: E731
-    return {
-        "linear": lambda x: chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), scale=1.0)[0],
-        "gated (scalar g)": lambda x: chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), g=t(x["g"]), scale=1.0)[0],
-        "gated (channel g)": lambda x: chunk_gla(t(x["q"]), t(x["k"]), t(x["v"]), g=t(x["g_ch"]), scale=1.0)[0],
-        "delta_rule": lambda x: chunk_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["beta"]), scale=1.0)[0],
-        "gated_delta_rule": lambda x: chunk_gated_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["g"]),
-                                                             t(x["beta"]), scale=1.0)[0],
-    }, None
-
-
-def cuda_tables(a, device):
-    """Triton kernels (and fla's, when importable) against the chunkwise PyTorch path, on the GPU."""
-    B, H, D, C = a.batch, a.heads, a.head_dim, a.chunk
-    print(f"\n## CUDA ({torch.cuda.get_device_name()}): B={B}, H={H}, head_dim={D}, bfloat16 inputs")
-    fla, why = _fla_ops()
-    print("fla: " + ("found, its chunk kernels are timed too" if fla else f"not importable ({why}), skipped"))
-    print(f"{'op':>18} {'T':>6} {'pass':>5} {'chunk ms':>9} {'triton ms':>10} {'chunk/triton':>13} {'fla ms':>8} {'fla/triton':>11}")
-    for name, op in FAMILY.items():
-        for T in a.T:
-            for mode in ("fwd", "f+b"):
-                x = family_inputs(B, H, T, D, device, grad=mode == "f+b", dtype=torch.bfloat16)
-                wrap = fwd_bwd if mode == "f+b" else (lambda f: f)
-                times = {impl: timeit(wrap(lambda impl=impl: op(impl, x, C)), device) for impl in ("chunk", "triton")}
-                line = (f"{name:>18} {T:>6} {mode:>5} {times['chunk'] * 1e3:>9.2f} {times['triton'] * 1e3:>10.2f} "
-                        f"{times['chunk'] / times['triton']:>13.2f}")
-                if fla:
-                    try:
-                        f_t = timeit(wrap(lambda: fla[name](x)), device)
-                        line += f" {f_t * 1e3:>8.2f} {f_t / times['triton']:>11.2f}"
-                    except Exception as e:                       # noqa: BLE001 - report and go on
-                        line += f" fla failed: {type(e).__name__}"
-                print(line)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--T", type=int, nargs="+", default=[2048], help="sequence lengths of the CUDA tables")
@@ -394,10 +350,12 @@ def main():
         print(f"forward+backward vs fla {name}: {ratio:.1f}x (goal >= 2x): {'PASS' if ratio >= 2 else 'FAIL'}")
     if vs_fla is None:
         print("forward+backward vs fla: not measured (fla not installed)")
-    if torch.cuda.is_available():
-        cuda_tables(a, torch.device("cuda"))
+    if torch.cuda.is_available():   # the Triton kernels: correctness first, then the timed tables
+        import ops_cuda             # benchmarks/ops_cuda.py, beside this file
+        ops_cuda.main(["--budget", "600"])
     else:
-        print("\nCUDA: not available here; on a GPU machine this same command adds the Triton (and fla) tables.")
+        print("\nCUDA: not available here; on a GPU machine this same command adds the Triton tables "
+              "(benchmarks/ops_cuda.py: correctness, then Triton vs chunkwise vs fla, grids vs SMs).")
 
 
 if __name__ == "__main__":

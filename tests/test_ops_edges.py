@@ -329,8 +329,20 @@ for R in (float("-inf"), -1e9):
 
 
 @pytest.mark.skipif(not _common.triton_available(), reason="triton not installed")
-@pytest.mark.xfail(strict=True, reason="the Triton kernels still form decays as b_i - b_j of a running "
-                   "sum (NaN after -inf, small gates lost after -1e9); theirs to fix on the triton-gpu branch")
+def test_value_checks_read_no_gpu_value(monkeypatch):
+    """On a GPU the checks that read values (g <= 0, beta in [0, 2], unit keys) would wait for the
+    device, so they run there only with MLEXP_CHECK_VALUES=1; shape checks always run."""
+    class FakeCuda:
+        type = "cuda"
+    g = torch.ones(1, 1, 3)          # not a log-decay: refused on CPU ...
+    with pytest.raises(ValueError, match="log-decay"):
+        _common.check_log_decay(g, torch.zeros(1, 1, 3, 2))
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: FakeCuda()))
+    assert not _common.check_values(g)             # ... never read back from a GPU by default
+    monkeypatch.setenv("MLEXP_CHECK_VALUES", "1")
+    assert _common.check_values(g)
+
+
 def test_triton_resets_in_interpreter():
     """The issue's hard-reset example on the Triton path, under TRITON_INTERPRET=1 in a subprocess."""
     env = dict(os.environ, TRITON_INTERPRET="1")

@@ -10,6 +10,7 @@ __all__ = [
     "check_qkv",
     "check_state",
     "check_log_decay",
+    "check_values",
     "check_chunk_size",
     "compute_dtype",
     "resolve_impl",
@@ -71,6 +72,14 @@ def check_state(state, shape, device, name="initial_state"):
         raise ValueError(f"{name} must be a floating tensor, got {state.dtype}")
 
 
+def check_values(t) -> bool:
+    """Whether to run the argument checks that read tensor values (g <= 0, beta in [0, 2], unit
+    keys): always for CPU tensors; on a GPU only when the environment variable MLEXP_CHECK_VALUES
+    is "1", since reading a value back waits for the GPU (a host sync) and blocks CUDA graphs and
+    torch.compile on the hot path. Shape, dtype and device checks always run."""
+    return t.device.type == "cpu" or os.environ.get("MLEXP_CHECK_VALUES") == "1"
+
+
 def check_log_decay(g, q):
     """Check a log-decay g of shape (B, H, T) or (B, H, T, Dk) against q; return True if per channel.
 
@@ -93,7 +102,7 @@ def check_log_decay(g, q):
         raise ValueError(f"g is on {g.device} but q is on {q.device}; move it with .to(q.device)")
     if g.dtype not in _FLOAT_DTYPES:
         raise ValueError(f"g must be a floating tensor, got {g.dtype}")
-    if bool((g > 0).any()):
+    if check_values(g) and bool((g > 0).any()):
         raise ValueError(
             "g is a log-decay and must be <= 0 (decay alpha = exp(g) in (0, 1]); "
             "build it as e.g. g = -softplus(x) or g = logsigmoid(x)"

@@ -2,8 +2,9 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
-                      decay_pairs, empty_output, finite_guard, matmul_add, mild_decay, resolve_impl)
+from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, check_values,
+                      compute_dtype, decay_after, decay_pairs, empty_output, finite_guard, matmul_add,
+                      mild_decay, resolve_impl)
 
 __all__ = ["delta_rule", "gated_delta_rule", "KEY_NORM_TOL"]
 
@@ -31,10 +32,12 @@ def delta_rule(q, k, v, beta, *, initial_state=None, impl=None, chunk_size=64, s
         beta: (B, H, T) write strength, in [0, 2] (usually a sigmoid, in [0, 1]).
         initial_state: optional (B, H, Dk, Dv) state S_0 (write convention: S = sum k v^T).
         impl: "recurrent" (the readable loop, the test oracle), "chunk" (chunkwise PyTorch,
-            autograd works) or "triton" (Triton forward kernel computing in fp32, backward
-            recomputed through the chunkwise path). None picks "triton" for CUDA tensors when
-            triton imports and the dtype is not float64, else "chunk".
-        chunk_size: tokens per chunk C for "chunk" and "triton" (triton: a power of two >= 16).
+            autograd works) or "triton" (Triton kernels forward and backward: bf16/fp16
+            operands multiplied as such with fp32 accumulation, fp32 in tf32x3; see the README's
+            Triton section). None picks "triton" for CUDA tensors when triton imports and the
+            dtype is not float64, else "chunk".
+        chunk_size: tokens per chunk C for "chunk" and "triton" (triton: 16, 32 or 64; fp32
+            inputs run in chunks of at most 32 there).
         scale: optional multiplier applied to q (after normalize_qk), e.g. Dk ** -0.5; None
             means 1, the syllabus' equations as written (the same default as linear_attention).
         normalize_qk: L2-normalise q and k along Dk before use.
@@ -115,7 +118,7 @@ def _check(q, k, v, beta, g, initial_state, chunk_size):
         raise ValueError(f"gated_delta_rule takes one decay per head and token, g of shape (B, H, T) "
                          f"= {(B, H, T)}; per-key-channel decay (B, H, T, Dk) is not supported")
     with torch.no_grad():
-        if beta.numel() and (beta.min() < 0 or beta.max() > 2):
+        if check_values(beta) and beta.numel() and (beta.min() < 0 or beta.max() > 2):
             raise ValueError(f"beta must lie in [0, 2] (eigenvalue 1 - beta |k|^2 of the update "
                              f"must stay in [-1, 1]); got range [{beta.min().item():.3g}, "
                              f"{beta.max().item():.3g}]. Use torch.sigmoid(x) for beta.")
@@ -123,8 +126,9 @@ def _check(q, k, v, beta, g, initial_state, chunk_size):
 
 
 def _check_keys(k):
-    """Raise ValueError unless every key has L2 norm 1 within KEY_NORM_TOL[k.dtype]."""
-    if k.numel() == 0:
+    """Raise ValueError unless every key has L2 norm 1 within KEY_NORM_TOL[k.dtype] (a value
+    check: see _common.check_values)."""
+    if k.numel() == 0 or not check_values(k):
         return
     tol = KEY_NORM_TOL[k.dtype]
     with torch.no_grad():

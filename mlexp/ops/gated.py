@@ -34,8 +34,8 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
         impl: "recurrent" (loop over t, the reference), "parallel" (T x T decay-masked scores;
             with a per-channel g it builds a (T, T, Dk) tensor, small T only), "chunk" (the CPU
             default) or "triton" (the CUDA default).
-        chunk_size: C, block length of the chunkwise and Triton paths (any T works; Triton needs a
-            power of two >= 16, and with a per-channel g its kernel always uses chunks of 16).
+        chunk_size: C, block length of the chunkwise and Triton paths (any T works; Triton takes
+            16, 32 or 64, and works on 16 x 16 sub-chunk tiles with a per-channel g).
         scale: optional multiplier on q; None means 1.
 
     Returns:

@@ -18,7 +18,8 @@ def linear_attention(q, k, v, *, normalize=False, initial_state=None, impl=None,
 
     Args:
         q, k: (B, H, T, Dk) queries and keys; v: (B, H, T, Dv) values. One floating dtype and
-            one device for all three. float16/bfloat16 inputs are computed in float32.
+            one device for all three. float16/bfloat16 inputs accumulate in float32 (the PyTorch
+            paths compute in float32; the Triton kernels multiply 16-bit operands as such).
         normalize: divide by q . z as above (z accumulated in float32, or float64 for float64).
         initial_state: the state before token 0, same form as the returned state: S of shape
             (B, H, Dk, Dv), or the tuple (S, z) with z (B, H, Dk) when ``normalize``. None = zeros.
