@@ -1,4 +1,4 @@
-"""Command line: build, grade, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
+"""Command line: build, grade, report, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
 import argparse
 import sys
 import time
@@ -9,7 +9,7 @@ from .config import find_course_root
 from .options import add_arguments, from_arguments
 from .sandbox import SandboxUnavailable
 
-__all__ = ["main", "parser"]
+__all__ = ["main", "parser", "summary_lines"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,8 +37,13 @@ def parser() -> argparse.ArgumentParser:
                    help="output folder: grades.csv, feedback/, and nbgrader's work/ folder")
     add_arguments(g)
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    g.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
-                   help="students graded at once, each in its own process (default 1)")
+    g.add_argument("-j", "--jobs", type=int, metavar="N",
+                   help="students graded at once, each in its own process (default 1; with "
+                        "--scheduler, twice the cluster's worker threads)")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run each submission on the workers of this Dask scheduler, e.g. "
+                        "tcp://10.0.0.5:8786 (needs pip install 'mlexp[dask]'; README: Grading "
+                        "on a cluster); grades, feedback and the gradebook stay here")
     g.add_argument("--force", action="store_true",
                    help="regrade every submission, also those already graded with the same bytes")
     g.add_argument("--db", metavar="URL",
@@ -53,6 +58,13 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="run a notebook's visible tests; print PASS/FAIL and hints")
     c.add_argument("notebook", help="path of the .ipynb to check")
     add_arguments(c, only={"cell_timeout", "notebook_timeout", "memory_mb"})
+
+    r = sub.add_parser("report", help="rebuild DIR/report.html, insights.csv and the CSVs' hints "
+                                      "from a graded class, without regrading")
+    r.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
+    r.add_argument("--similarity", type=float, default=None, metavar="FRACTION",
+                   help="list pairs of students who share at least this fraction of their answer "
+                        "code (default 0.8)")
 
     d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
     d.add_argument("--check", action="store_true",
@@ -165,7 +177,6 @@ def _announce(args, sample) -> None:
 
 def _grade(args) -> int:
     from .grade import format_table, grade_class
-    from .sandbox import isolation_notes
     root = find_course_root(args.course)
     options = from_arguments(args)
     submissions, sample = args.submissions, None
@@ -177,35 +188,78 @@ def _grade(args) -> int:
         picked, total = write_sample(Path(args.out) / "demo-sample", args.sample)
         submissions, sample = Path(args.out) / "demo-sample", (picked, total)
     _announce(args, sample)
+    stops = (KeyboardInterrupt,)
+    if args.scheduler:   # Dask is imported only for a cluster
+        from .distributed import ClusterError
+        stops += (ClusterError,)
     start = time.perf_counter()
     try:
         results = grade_class(root, submissions, Path(args.out), options=options,
                               progress=not args.no_progress, jobs=args.jobs, force=args.force,
-                              db_url=args.db, max_bytes=int(args.max_size * 2**20))
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: every grade committed so far is kept in {args.out}/results and "
-              f"{args.out}/grades.csv; run the same command again to finish.", file=sys.stderr)
-        return 130
+                              db_url=args.db, max_bytes=int(args.max_size * 2**20),
+                              scheduler=args.scheduler)
+    except stops as exc:
+        kept = (f"every grade committed so far is kept in {args.out}/results and "
+                f"{args.out}/grades.csv; run the same command again to finish.")
+        if isinstance(exc, KeyboardInterrupt):
+            print(f"\ninterrupted: {kept}", file=sys.stderr)
+            return 130
+        print(f"error: {exc}.\n{kept[0].upper()}{kept[1:]}", file=sys.stderr)
+        return 2
     seconds = time.perf_counter() - start
     print(format_table(results))
+    notes = Path(args.out) / "isolation.txt"   # this machine's notes, or each Dask worker's
+    notes = [n for n in (notes.read_text().splitlines() if notes.is_file() else [])
+             if not n.endswith("fully isolated")]
+    print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), notes)))
+    return 0
+
+
+# What an instructor can do about each isolation note of autograder.sandbox.isolation_notes.
+ISOLATION_ADVICE = {
+    "NO SANDBOX": "regrade this class on Linux with bubblewrap installed (sudo apt-get install "
+                  "bubblewrap) before publishing grades; until then treat them as provisional.",
+    "the sandbox runs under your own uid": "for a class you do not trust, run the same command "
+                  "as root (sudo .venv/bin/python -m autograder grade ...); for a class you "
+                  "trust, nothing to do.",
+}
+
+
+def summary_lines(results, seconds: float, out: Path, notes) -> list:
+    """The run's last lines: what was graded or kept, what was written, and what to do next
+    (unchanged submissions, isolation notes, submissions that need a person)."""
     reused = sum(r.reused for r in results)
     ran = len(results) - reused
-    print(f"\n{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
-          f"{reused} unchanged since the last run (kept; --force regrades); "
-          f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
-    notes = isolation_notes(options)
+    if ran == 0 and results:
+        lines = [f"all {reused} unchanged since the last run: nothing regraded "
+                 "(use --force to regrade)"]
+    else:
+        lines = [f"{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
+                 f"{reused} unchanged since the last run (kept; --force regrades)"]
+    report = out / "report.html"
+    lines.append(f"wrote {out / 'grades.csv'}, {out / 'feedback'}/" +
+                 (f", and the class report {report} (with insights.csv)" if report.is_file() else ""))
     for note in notes:
-        print("isolation:", note)
-    if not notes:
-        print("isolation: complete: every student's kernel ran in its own bubblewrap sandbox with a "
-              "uid of its own")
-    print(f"isolation: what a student's code can and cannot do here: README, 'For instructors'; "
-          f"this run's notes are in {Path(args.out) / 'isolation.txt'}")
+        advice = next((a for key, a in ISOLATION_ADVICE.items() if note.startswith(key)), "")
+        lines.append(f"isolation: {note}" + (f"\n  what to do: {advice}" if advice else ""))
     review = [r for r in results if r.status.startswith("needs manual review")]
     rejected = [r for r in results if r.status.startswith("rejected")]
     if review or rejected:
-        print(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
-              "rejected; the status column says why.")
+        lines.append(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
+                     "rejected; the status column says why, the report groups them with what to do.")
+    return lines
+
+
+def _report(args) -> int:
+    from .report import write_class_outputs
+    from .similarity import THRESHOLD
+    root = find_course_root(args.course)
+    threshold = THRESHOLD if args.similarity is None else args.similarity
+    if not 0 < threshold <= 1:
+        raise ValueError(f"--similarity takes a fraction in (0, 1], got {threshold}")
+    done = write_class_outputs(root, Path(args.out), threshold=threshold)
+    print(f"wrote {done['report']}, {done['insights']} and {len(done['csv'])} grade CSV(s); "
+          f"{done['pairs']} pair(s) of similar answers listed")
     return 0
 
 
@@ -253,7 +307,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"build": _build, "grade": _grade, "check": _check, "demo": _demo,
-                "seeds": _seeds}[args.command](args)
+                "report": _report, "seeds": _seeds}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -43,7 +43,8 @@ LESSONS = {lesson.id: lesson for lesson in (
     Lesson("03_gates_and_delta_rule", "Gates and the delta rule", 90, "the recall-with-overwrites training"),
     Lesson("04_hybrid_kv_cache", "Hybrid models and their cache", 45, "nothing: no model is trained"),
     Lesson("05_inattention", "InAttention: attend to the initial states", 60,
-           "the prefill memory sweep and the small language models"),
+           "the recall probe (two models of 1,000 steps), the prefill memory sweep and the small "
+           "language models"),
 )}
 
 # The course's GitHub repository as "owner/name". PLACEHOLDER_REPO until the course is published;

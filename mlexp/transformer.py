@@ -163,7 +163,7 @@ class Attention(nn.Module):
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))  # (B, T, dim)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, dim)
 
 
 # ---------------------------------------------------------------------------------------------

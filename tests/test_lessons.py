@@ -162,6 +162,43 @@ def test_demo_student_gets_catalogued_score_and_hints(graded_lessons, assignment
         assert errors and hint in f"{errors[0].ename}: {errors[0].evalue}", (student, grade_id)
 
 
+def insight_rows(out: Path) -> list:
+    with open(out / "insights.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("assignment, student", DEMO_CASES)
+def test_demo_student_mistakes_are_detected_by_name(graded_lessons, assignment, student):
+    """insights.csv and the hints column name exactly the mistakes the student was built to make."""
+    out, _, rows = graded_lessons(assignment)
+    expect = CATALOG[assignment]["students"][student]["expect"]
+    lost = {r["exercise"]: r["mistake"] for r in insight_rows(out)
+            if r["student_id"] == student and r["mistake"]}
+    assert lost == dict(zip(expect["hints"], expect["mistakes"])), student
+    assert sorted(rows[(student, assignment)]["hints"].split()) == sorted(expect["mistakes"])
+
+
+@pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if a in CATALOG])
+def test_report_counts_match_the_demo_catalogue(graded_lessons, assignment):
+    """Each catalogued mistake's row in report.html counts and names the demo students built to
+    make it (and the fresh lesson, blank, where it makes it too); no demo answer is unforeseen."""
+    out, _, _ = graded_lessons(assignment)
+    page = (out / "report.html").read_text()
+    makers = {}
+    for student, spec in CATALOG[assignment]["students"].items():
+        for mid in spec["expect"]["mistakes"]:
+            makers.setdefault(mid, set()).add(student)
+    for mid, students in makers.items():
+        row = re.search(rf"<tr class='mistake' data-mistake='{mid}'>.*?"
+                        r"<td class='num count'>(\d+)</td>.*?<td class='who'>([^<]*)</td>", page)
+        assert row, f"{mid} is missing from the report"
+        who = set(html.unescape(row.group(2)).split(", "))
+        assert students <= who and who - students <= {FRESH}, (mid, who)
+        assert int(row.group(1)) == len(who)
+    for row in re.findall(r"data-mistake='no_hint_matched'>.*?<td class='who'>([^<]*)</td>", page):
+        assert not set(html.unescape(row).split(", ")) & set(CATALOG[assignment]["students"]), row
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_no_hidden_test_in_any_feedback(graded_lessons, assignment):
     out, _, _ = graded_lessons(assignment)
