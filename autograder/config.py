@@ -6,6 +6,8 @@ from pathlib import Path
 
 from traitlets.config import Config
 
+# The course root and the lessons are known in one place, autograder.course; re-exported here.
+from .course import PACKAGE_PARENT, find_course_root  # noqa: F401
 from .mistakes import MISTAKES_FILE
 from .options import GradingOptions
 
@@ -34,26 +36,8 @@ FEEDBACK_PREPROCESSORS = [
 # batch of kernels that line is noise (each student's kernel talks over its own IPC sockets).
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
-PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 FEEDBACK_TEMPLATES = Path(__file__).resolve().parent / "templates"   # holds feedback/<FEEDBACK_TEMPLATE>
 FEEDBACK_TEMPLATE = "mlexp_feedback.html.j2"
-
-
-def find_course_root(course=None) -> Path:
-    """Return the course root: the folder holding ``solutions/`` (and ``lessons/``).
-
-    Looks at ``course`` when given, else the current directory, else the checkout this package
-    was installed from. Raises FileNotFoundError saying where it looked when none has
-    ``solutions/``.
-    """
-    candidates = [Path(course)] if course else [Path.cwd(), PACKAGE_PARENT]
-    for root in candidates:
-        if (root / "solutions").is_dir():
-            return root.resolve()
-    looked = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(
-        f"No course found: none of [{looked}] has a solutions/ folder. Run the command from the "
-        "course checkout or pass --course PATH.")
 
 
 def list_assignments(root: Path) -> list:
