@@ -51,6 +51,8 @@ LESSONS = {
     "04_hybrid_kv_cache": ("Hybrid models and their cache", 45, "nothing: no model is trained"),
     "05_inattention": ("InAttention: attend to the initial states", 60,
                        "the prefill memory sweep and the small language models"),
+    "06_recall_per_byte": ("Recall per byte: the capstone", 75,
+                           "training the eight designs of section 3"),
 }
 
 INTRO_ID, SETUP_ID = "intro", "course-setup"
