@@ -154,11 +154,12 @@ def test_build_model_same_seed_same_weights_for_every_design():
 @pytest.mark.slow
 def test_attention_learns_recall_and_inattention_cannot():
     """A small attention stack solves MQAR; InAttention, whose keys and values come from one token's
-    embedding, cannot bind a value to the key before it and stays near chance (lesson 06's claim)."""
+    embedding, cannot bind a value to the key before it (lesson 06's claim): at best it guesses one of
+    the 4 values in the sequence (about 1/4, a little more when values repeat), far below attention."""
     cfg = CapstoneConfig(dim=32, n_heads=2, n_layers=2, seq_len=24, n_keys=16, n_values=16, mqar_pairs=(4,),
                          overwrite=((2, 4),), steps=300, batch_size=32, lr=3e-3, n_eval=100)
     designs = lesson_designs(2, placements=(0,), windows=(4,))
     att = train_and_score(designs["attention"], cfg, seed=0)
     inatt = train_and_score(designs["inattention"], cfg, seed=0)
     assert att["mqar"][4] > 0.8, att["mqar"]
-    assert inatt["mqar"][4] < 0.3, inatt["mqar"]
+    assert inatt["mqar"][4] < 0.5, inatt["mqar"]
