@@ -1,8 +1,10 @@
 """The course's auto-grader: nbgrader as the engine, plus build, grade, check and a demo class.
 
-Run ``python -m autograder --help``. Commands: ``build [--check]`` (lessons/ from solutions/),
+Run ``python -m autograder --help``. Commands: ``build [--check | --colab | --repo OWNER/NAME]``
+(lessons/ from solutions/; the Colab course file; publish),
 ``grade [SUBMISSIONS] --out DIR`` (a class), ``check NOTEBOOK`` (a student's self-check),
-``demo [--check]`` (the fictional demo class).
+``demo [--check] [--check-hints]`` (the fictional demo class), ``seeds LESSON`` (seed runs).
+The course itself (lessons, repository, root) is described in ``autograder.course``.
 """
 __all__ = ["main"]
 

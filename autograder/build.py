@@ -7,6 +7,7 @@ from pathlib import Path
 from nbgrader.apps import NbGraderAPI
 
 from .config import list_assignments, work_config
+from .mistakes import MISTAKES_FILE
 
 __all__ = ["BuildError", "generate_release", "build", "check_build"]
 
@@ -28,8 +29,8 @@ def generate_release(root: Path, assignments, work: Path, db_url=None) -> Path:
         dest = work / "source" / a
         if dest.exists():
             shutil.rmtree(dest)
-        shutil.copytree(Path(root) / "solutions" / a, dest,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.copytree(Path(root) / "solutions" / a, dest,   # mistakes.json: for the grader only
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", MISTAKES_FILE))
     api = NbGraderAPI(config=work_config(work, db_url=db_url))
     for a in assignments:
         result = api.generate_assignment(a, force=True, create=True)

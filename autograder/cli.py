@@ -1,4 +1,4 @@
-"""Command line: build, grade, check and demo (see `python -m autograder COMMAND --help`)."""
+"""Command line: build, grade, report, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
 import argparse
 import sys
 import time
@@ -9,7 +9,7 @@ from .config import find_course_root
 from .options import add_arguments, from_arguments
 from .sandbox import SandboxUnavailable
 
-__all__ = ["main", "parser"]
+__all__ = ["main", "parser", "summary_lines"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -22,6 +22,12 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="generate lessons/ from solutions/ with nbgrader")
     b.add_argument("--check", action="store_true",
                    help="only compare: exit 1 and list the files when lessons/ is out of date")
+    b.add_argument("--colab", nargs="?", const="dist", metavar="DIR",
+                   help="instead, write the course file students upload to Colab (a wheel of mlexp) "
+                        "into DIR (default dist/)")
+    b.add_argument("--repo", metavar="OWNER/NAME",
+                   help="first set the course's GitHub repository (autograder/course.py) and rewrite "
+                        "every badge, setup cell and README link for it, then build")
 
     g = sub.add_parser("grade", help="grade a class; print a table, write grades.csv and feedback")
     g.add_argument("submissions", nargs="?",
@@ -31,8 +37,13 @@ def parser() -> argparse.ArgumentParser:
                    help="output folder: grades.csv, feedback/, and nbgrader's work/ folder")
     add_arguments(g)
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    g.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
-                   help="students graded at once, each in its own process (default 1)")
+    g.add_argument("-j", "--jobs", type=int, metavar="N",
+                   help="students graded at once, each in its own process (default 1; with "
+                        "--scheduler, twice the cluster's worker threads)")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run each submission on the workers of this Dask scheduler, e.g. "
+                        "tcp://10.0.0.5:8786 (needs pip install 'mlexp[dask]'; README: Grading "
+                        "on a cluster); grades, feedback and the gradebook stay here")
     g.add_argument("--force", action="store_true",
                    help="regrade every submission, also those already graded with the same bytes")
     g.add_argument("--db", metavar="URL",
@@ -40,20 +51,56 @@ def parser() -> argparse.ArgumentParser:
                         "(default: SQLite in DIR/work/gradebook.db)")
     g.add_argument("--max-size", type=float, default=20, metavar="MIB",
                    help="larger notebooks are rejected (default 20 MiB)")
+    g.add_argument("--sample", type=int, metavar="N",
+                   help="demo class only: grade N students per lesson (a typical mistake first, "
+                        "then the all-correct one), copied to DIR/demo-sample; `make grade` uses 1")
 
     c = sub.add_parser("check", help="run a notebook's visible tests; print PASS/FAIL and hints")
     c.add_argument("notebook", help="path of the .ipynb to check")
     add_arguments(c, only={"cell_timeout", "notebook_timeout", "memory_mb"})
 
+    r = sub.add_parser("report", help="rebuild DIR/report.html, insights.csv and the CSVs' hints "
+                                      "from a graded class, without regrading")
+    r.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
+    r.add_argument("--similarity", type=float, default=None, metavar="FRACTION",
+                   help="list pairs of students who share at least this fraction of their answer "
+                        "code (default 0.8)")
+
     d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
     d.add_argument("--check", action="store_true",
                    help="only compare: exit 1 when the committed demo class is out of date")
+    d.add_argument("--check-hints", action="store_true",
+                   help="run each exercise's tests (in this process, no kernel) against every "
+                        "catalogued demo student: exit 1 naming each student who no longer gets "
+                        "the score and hints it was built for")
+
+    s = sub.add_parser("seeds", help="re-run lessons with shifted seeds; mean +- sd of their RESULT lines")
+    from .seeds import add_arguments as seed_arguments
+    seed_arguments(s, course=False)
     return p
 
 
 def _build(args) -> int:
     from .build import build, check_build
     root = find_course_root(args.course)
+    if args.colab is not None:
+        from .colab import STUDENT_STEPS, build_wheel
+        if args.check or args.repo:
+            raise ValueError("--colab writes only the course file; run --check or --repo on their own.")
+        wheel = build_wheel(root, root / args.colab if not Path(args.colab).is_absolute() else Path(args.colab))
+        print(f"wrote {wheel} ({wheel.stat().st_size / 1024:.0f} KiB): the course library for Colab.\n"
+              f"{STUDENT_STEPS}")
+        return 0
+    if args.repo:
+        if args.check:
+            raise ValueError("--repo rewrites the lessons; it cannot be combined with --check.")
+        _set_repo(root, args.repo)
+        for a in build(root):
+            print(f"wrote lessons/{a}/")
+        if (root / "autograder" / "demo" / "catalog").is_dir():   # the demo class is made from lessons/
+            from .demo import write_demo
+            print(f"wrote {len(write_demo(root, root / 'autograder' / 'demo'))} demo notebooks")
+        return 0
     if args.check:
         diffs = check_build(root)
         if diffs:
@@ -67,34 +114,152 @@ def _build(args) -> int:
     return 0
 
 
+def _set_repo(root: Path, repo: str) -> None:
+    """Write ``repo`` into autograder/course.py and rewrite what is made from it (badges, setup
+    cells, the README table) with scripts/lesson_cells.py of the course at ``root``."""
+    import importlib.util
+
+    from .course import set_course_repo
+    script = root / "scripts" / "lesson_cells.py"
+    if not script.is_file():
+        raise FileNotFoundError(f"{script} is missing: --repo rewrites the lessons with it.")
+    set_course_repo(root, repo)   # validates the name first
+    spec = importlib.util.spec_from_file_location("lesson_cells", script)
+    cells = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cells)
+    cells.run(check=False, repo=repo, root=root)
+    print(f"the course's repository is now {repo}: badges, setup cells and the README link there; "
+          "the build below and the demo class follow; then commit, push and try one 'Open in Colab' link.")
+
+
+# Wall-clock seconds per submission when grading with -j 2 on 2 cores (what a run prints as
+# "s each"): about 5 s on a quiet machine, 30 s measured on the course's shared 2-core build
+# machine under a load average of 16 (6 demo submissions in 182 s, 2026-11-30).
+SECONDS_EACH_2_JOBS = (5, 30)
+
+
+def _minutes(n: int, jobs: int) -> str:
+    """'about 1-3 minutes' for ``n`` submissions graded ``jobs`` at a time on this machine."""
+    import math
+    import os
+    parallel = max(1, min(jobs, os.cpu_count() or 1, n))
+    lo, hi = (max(1, math.ceil(n * s * 2 / parallel / 60)) for s in SECONDS_EACH_2_JOBS)
+    return f"about {hi} minute{'s' * (hi != 1)}" if lo == hi else f"about {lo}-{hi} minutes"
+
+
+def _announce(args, sample) -> None:
+    """Say what this run grades and how long it will take, before it starts (on stderr, with the
+    progress bar: stdout holds the table of grades)."""
+    lo, hi = SECONDS_EACH_2_JOBS
+    per = (f"(with 2 at a time on 2 cores, {lo}-{hi} s a submission, from a quiet laptop to a busy "
+           "shared server; less for any graded before)")
+    if sample is not None:
+        picked, total = sample
+        which = ["a typical mistake", "a typical mistake and the all-correct student",
+                 "a typical mistake, the all-correct student and others"][min(args.sample, 3) - 1]
+        print(f"Grading a sample of the demo class: {len(picked)} of its {total} submissions "
+              f"({args.sample} per lesson: {which}), {args.jobs} at a time, into {args.out}/. This "
+              f"takes {_minutes(len(picked), args.jobs)} {per}.\n"
+              f"The whole demo class: `make grade-all` ({_minutes(total, args.jobs)}); a real class: "
+              "`.venv/bin/python -m autograder grade SUBMISSIONS --out DIR` (README, 'For instructors').",
+              file=sys.stderr, flush=True)
+    elif args.submissions is None:
+        from .demo import load_catalog
+        total = sum(len(c["students"]) for c in load_catalog().values())
+        print(f"Grading the whole demo class: {total} submissions, {args.jobs} at a time, into "
+              f"{args.out}/. This takes {_minutes(total, args.jobs)} {per}.",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"Grading {args.submissions}, {args.jobs} at a time, into {args.out}/: a class of 100 "
+              f"takes {_minutes(100, args.jobs)} {per}; the progress bar counts the rest.",
+              file=sys.stderr, flush=True)
+
+
 def _grade(args) -> int:
     from .grade import format_table, grade_class
-    from .sandbox import isolation_notes
     root = find_course_root(args.course)
     options = from_arguments(args)
+    submissions, sample = args.submissions, None
+    if args.sample is not None:
+        from .demo import write_sample
+        if submissions is not None:
+            raise ValueError("--sample picks students from the demo class; to try a real class on "
+                             "a few students, copy their folders into a folder of their own.")
+        picked, total = write_sample(Path(args.out) / "demo-sample", args.sample)
+        submissions, sample = Path(args.out) / "demo-sample", (picked, total)
+    _announce(args, sample)
+    stops = (KeyboardInterrupt,)
+    if args.scheduler:   # Dask is imported only for a cluster
+        from .distributed import ClusterError
+        stops += (ClusterError,)
     start = time.perf_counter()
     try:
-        results = grade_class(root, args.submissions, Path(args.out), options=options,
+        results = grade_class(root, submissions, Path(args.out), options=options,
                               progress=not args.no_progress, jobs=args.jobs, force=args.force,
-                              db_url=args.db, max_bytes=int(args.max_size * 2**20))
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: every grade committed so far is kept in {args.out}/results and "
-              f"{args.out}/grades.csv; run the same command again to finish.", file=sys.stderr)
-        return 130
+                              db_url=args.db, max_bytes=int(args.max_size * 2**20),
+                              scheduler=args.scheduler)
+    except stops as exc:
+        kept = (f"every grade committed so far is kept in {args.out}/results and "
+                f"{args.out}/grades.csv; run the same command again to finish.")
+        if isinstance(exc, KeyboardInterrupt):
+            print(f"\ninterrupted: {kept}", file=sys.stderr)
+            return 130
+        print(f"error: {exc}.\n{kept[0].upper()}{kept[1:]}", file=sys.stderr)
+        return 2
     seconds = time.perf_counter() - start
     print(format_table(results))
+    notes = Path(args.out) / "isolation.txt"   # this machine's notes, or each Dask worker's
+    notes = [n for n in (notes.read_text().splitlines() if notes.is_file() else [])
+             if not n.endswith("fully isolated")]
+    print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), notes)))
+    return 0
+
+
+# What an instructor can do about each isolation note of autograder.sandbox.isolation_notes.
+ISOLATION_ADVICE = {
+    "NO SANDBOX": "regrade this class on Linux with bubblewrap installed (sudo apt-get install "
+                  "bubblewrap) before publishing grades; until then treat them as provisional.",
+    "the sandbox runs under your own uid": "for a class you do not trust, run the same command "
+                  "as root (sudo .venv/bin/python -m autograder grade ...); for a class you "
+                  "trust, nothing to do.",
+}
+
+
+def summary_lines(results, seconds: float, out: Path, notes) -> list:
+    """The run's last lines: what was graded or kept, what was written, and what to do next
+    (unchanged submissions, isolation notes, submissions that need a person)."""
     reused = sum(r.reused for r in results)
     ran = len(results) - reused
-    print(f"\n{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
-          f"{reused} unchanged since the last run (kept; --force regrades); "
-          f"wrote {Path(args.out) / 'grades.csv'} and {Path(args.out) / 'feedback'}/")
-    for note in isolation_notes(options):
-        print("isolation:", note)
+    if ran == 0 and results:
+        lines = [f"all {reused} unchanged since the last run: nothing regraded "
+                 "(use --force to regrade)"]
+    else:
+        lines = [f"{ran} submissions graded in {seconds:.0f} s ({seconds / max(ran, 1):.1f} s each), "
+                 f"{reused} unchanged since the last run (kept; --force regrades)"]
+    report = out / "report.html"
+    lines.append(f"wrote {out / 'grades.csv'}, {out / 'feedback'}/" +
+                 (f", and the class report {report} (with insights.csv)" if report.is_file() else ""))
+    for note in notes:
+        advice = next((a for key, a in ISOLATION_ADVICE.items() if note.startswith(key)), "")
+        lines.append(f"isolation: {note}" + (f"\n  what to do: {advice}" if advice else ""))
     review = [r for r in results if r.status.startswith("needs manual review")]
     rejected = [r for r in results if r.status.startswith("rejected")]
     if review or rejected:
-        print(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
-              "rejected; the status column says why.")
+        lines.append(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
+                     "rejected; the status column says why, the report groups them with what to do.")
+    return lines
+
+
+def _report(args) -> int:
+    from .report import write_class_outputs
+    from .similarity import THRESHOLD
+    root = find_course_root(args.course)
+    threshold = THRESHOLD if args.similarity is None else args.similarity
+    if not 0 < threshold <= 1:
+        raise ValueError(f"--similarity takes a fraction in (0, 1], got {threshold}")
+    done = write_class_outputs(root, Path(args.out), threshold=threshold)
+    print(f"wrote {done['report']}, {done['insights']} and {len(done['csv'])} grade CSV(s); "
+          f"{done['pairs']} pair(s) of similar answers listed")
     return 0
 
 
@@ -108,24 +273,41 @@ def _check(args) -> int:
 def _demo(args) -> int:
     from .demo import check_demo, write_demo
     root = find_course_root(args.course)
+    demo_dir = root / "autograder" / "demo"   # the course's own catalogue, also for a scratch copy
+    if not (demo_dir / "catalog").is_dir():
+        from .demo import DEMO_DIR as demo_dir
+    status = 0
+    if args.check_hints:
+        from .demo import check_hints, format_hint_report
+        problems, checked = check_hints(root, demo_dir, progress=True)
+        print(format_hint_report(problems, checked))
+        status = 1 if problems else 0
+        if not args.check:
+            return status
     if args.check:
-        diffs = check_demo(root)
+        diffs = check_demo(root, demo_dir)
         if diffs:
             print("autograder/demo/submissions is out of date; run `python -m autograder demo`. "
                   "Differing:", *diffs, sep="\n  ")
             return 1
         print("the demo class is in sync with its catalogue")
-        return 0
-    written = write_demo(root)
-    print(f"wrote {len(written)} demo notebooks under autograder/demo/submissions/")
+        return status
+    written = write_demo(root, demo_dir)
+    print(f"wrote {len(written)} demo notebooks under {demo_dir / 'submissions'}/")
     return 0
+
+
+def _seeds(args) -> int:
+    from .seeds import run
+    return run(args)
 
 
 def main(argv=None) -> int:
     """Parse ``argv`` and run the command; errors a user can fix print one line and exit 2."""
     args = parser().parse_args(argv)
     try:
-        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo}[args.command](args)
+        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo,
+                "report": _report, "seeds": _seeds}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -6,11 +6,14 @@ from pathlib import Path
 
 from traitlets.config import Config
 
+# The course root and the lessons are known in one place, autograder.course; re-exported here.
+from .course import PACKAGE_PARENT, find_course_root  # noqa: F401
+from .mistakes import MISTAKES_FILE
 from .options import GradingOptions
 
 __all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root",
            "list_assignments", "apply_course_settings", "ensure_venv_on_path", "new_gradebook",
-           "work_config", "sqlalchemy_url", "PACKAGE_PARENT"]
+           "work_config", "use_feedback_template", "sqlalchemy_url", "PACKAGE_PARENT"]
 
 # A graded submission runs its experiments at token size (mlexp.budget), so a cell that needs
 # more than a minute is stuck (an endless loop, a full-size training run) rather than slow. The
@@ -19,10 +22,12 @@ CELL_TIMEOUT_S = GradingOptions().cell_timeout
 
 # nbgrader's feedback shows the autograded notebook as it ran, hidden tests included (autograde
 # restores every test cell from the gradebook). HideHiddenTests removes them before rendering;
+# ExerciseFeedback names each exercise and puts its hint first (for the template below);
 # SanitizeFeedback removes what a student's markdown or outputs could run in the page.
 FEEDBACK_PREPROCESSORS = [
     "nbgrader.preprocessors.GetGrades",
     "autograder.feedback.HideHiddenTests",
+    "autograder.feedback.ExerciseFeedback",
     "autograder.feedback.SanitizeFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
@@ -31,24 +36,8 @@ FEEDBACK_PREPROCESSORS = [
 # batch of kernels that line is noise (each student's kernel talks over its own IPC sockets).
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
-PACKAGE_PARENT = Path(__file__).resolve().parent.parent
-
-
-def find_course_root(course=None) -> Path:
-    """Return the course root: the folder holding ``solutions/`` (and ``lessons/``).
-
-    Looks at ``course`` when given, else the current directory, else the checkout this package
-    was installed from. Raises FileNotFoundError saying where it looked when none has
-    ``solutions/``.
-    """
-    candidates = [Path(course)] if course else [Path.cwd(), PACKAGE_PARENT]
-    for root in candidates:
-        if (root / "solutions").is_dir():
-            return root.resolve()
-    looked = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(
-        f"No course found: none of [{looked}] has a solutions/ folder. Run the command from the "
-        "course checkout or pass --course PATH.")
+FEEDBACK_TEMPLATES = Path(__file__).resolve().parent / "templates"   # holds feedback/<FEEDBACK_TEMPLATE>
+FEEDBACK_TEMPLATE = "mlexp_feedback.html.j2"
 
 
 def list_assignments(root: Path) -> list:
@@ -63,6 +52,9 @@ def apply_course_settings(c, timeout=CELL_TIMEOUT_S):
     c.Execute.timeout = timeout
     c.Execute.extra_arguments = list(KERNEL_ARGS)
     c.GenerateFeedback.preprocessors = list(FEEDBACK_PREPROCESSORS)
+    # A lesson's mistake catalogue (autograder.mistakes) stays with the instructor: never released.
+    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",   # nbgrader's
+                                MISTAKES_FILE]
     return c
 
 
@@ -129,4 +121,19 @@ def work_config(work: Path, timeout=CELL_TIMEOUT_S, db_url=None) -> Config:
     # from assignments to it, which an empty id (nbgrader's default) never satisfies.
     c.CourseDirectory.course_id = "default_course"
     c.NbGraderAPI.log_level = "WARN"
-    return apply_course_settings(c, timeout)
+    return use_feedback_template(apply_course_settings(c, timeout))
+
+
+def use_feedback_template(c):
+    """Render feedback pages on config ``c`` through autograder/templates/feedback/
+    mlexp_feedback.html.j2 (exercise titles, the hint first), which extends nbgrader's feedback
+    template (the one NbGraderAPI.generate_feedback always names). Set for the grader's own
+    work folder only, not in apply_course_settings: the formgrader renders its pages through
+    the same HTMLExporter settings with a template of its own."""
+    import nbgrader
+    c.HTMLExporter.extra_template_basedirs = [
+        os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates"),
+        os.fspath(FEEDBACK_TEMPLATES)]
+    c.HTMLExporter.template_name = "feedback"
+    c.HTMLExporter.template_file = FEEDBACK_TEMPLATE
+    return c

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["DEMO_DIR", "load_catalog", "student_notebook", "generate_demo", "check_demo", "write_demo"]
+__all__ = ["DEMO_DIR", "load_catalog", "student_notebook", "generate_demo", "check_demo", "write_demo",
+           "sample_students", "write_sample", "demo_answers", "check_hints", "format_hint_report"]
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
@@ -101,3 +102,141 @@ def write_demo(root: Path, demo_dir: Path = DEMO_DIR) -> list:
     if target.exists():
         shutil.rmtree(target)
     return generate_demo(root, target, demo_dir)
+
+
+# ----------------------------------------------------------------------------- a quick sample
+def sample_students(per_lesson: int, demo_dir: Path = DEMO_DIR) -> list:
+    """(assignment, student) pairs: ``per_lesson`` catalogued students of each lesson: the first
+    one with a single typical mistake (a partial score and a hint to read), then the first
+    all-correct one, then the others in catalogue order. Raises ValueError when ``per_lesson`` < 1."""
+    if per_lesson < 1:
+        raise ValueError(f"--sample needs at least 1 student per lesson, not {per_lesson}.")
+    picked = []
+    for a, cat in load_catalog(demo_dir).items():
+        students = cat["students"]
+
+        def rank(student):
+            expect = students[student]["expect"]
+            if len(expect["hints"]) == 1 and 0 < expect["score"] < expect["max_score"]:
+                return 0
+            return 1 if students[student].get("from_solution") and not expect["hints"] else 2
+        mistakes, correct = [s for s in students if rank(s) == 0], [s for s in students if rank(s) == 1]
+        order = mistakes[:1] + correct[:1]
+        order += [s for s in students if s not in order]
+        picked += [(a, s) for s in order[:per_lesson]]
+    return picked
+
+
+def write_sample(dest: Path, per_lesson: int, demo_dir: Path = DEMO_DIR) -> tuple:
+    """Copy the committed notebooks of ``sample_students(per_lesson)`` to
+    ``dest/<student>/<assignment>/`` (replacing ``dest``); returns (the pairs, the number of
+    submissions in the whole demo class)."""
+    picked = sample_students(per_lesson, demo_dir)
+    source = Path(demo_dir) / "submissions"
+    dest = Path(dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    for a, student in picked:
+        shutil.copytree(source / student / a, dest / student / a)
+    total = sum(len(cat["students"]) for cat in load_catalog(demo_dir).values())
+    return picked, total
+
+
+# ----------------------------------------------------------------------------- the hints check
+def demo_answers(solution_nb, spec: dict, blank_nb) -> dict:
+    """{grade_id: source} of every answer cell of a catalogued student: the solution's answers
+    (markers dropped) for a ``from_solution`` student, else the released lesson's (``blank_nb``),
+    then the catalogue's own answers on top, as ``generate_demo`` writes them."""
+    answers = _solution_answers(solution_nb) if spec.get("from_solution") else {
+        c.metadata["nbgrader"]["grade_id"]: c.source for c in blank_nb.cells
+        if c.metadata.get("nbgrader", {}).get("solution")}
+    answers.update(spec.get("answers", {}))
+    return answers
+
+
+def _released_answers(solution_nb):
+    """The solution notebook with each answer cleared as nbgrader releases it (no gradebook)."""
+    from nbgrader.preprocessors import ClearSolutions
+    nb = nbformat.from_dict(json.loads(json.dumps(solution_nb)))
+    ClearSolutions().preprocess(nb, {})
+    return nb
+
+
+def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False, students=None) -> tuple:
+    """Grade every catalogued demo student in this process (autograder.dryrun) against the
+    current ``solutions/`` and compare with the catalogue's ``expect``.
+
+    Each student is rebuilt from the solution notebook (not from lessons/ or the committed demo
+    notebooks, which may lag behind an edit) with the catalogue's answers. Returns (problems,
+    number of students checked); each problem is a dict with ``assignment``, ``student``,
+    ``test`` (None for the score alone), ``expected`` and ``got``, ready for
+    :func:`format_hint_report`. ``students``: only these student ids (default: all).
+    """
+    from tqdm.auto import tqdm
+
+    from .dryrun import run_exercises
+    problems, checked = [], 0
+    catalogs = load_catalog(demo_dir)
+    chosen = {a: {s: spec for s, spec in cat["students"].items() if students is None or s in students}
+              for a, cat in catalogs.items()}
+    bar = tqdm(total=sum(map(len, chosen.values())), desc="demo hints",
+               unit="student", disable=not progress)
+    for a, cat in catalogs.items():
+        if not chosen[a]:
+            continue
+        path = Path(root) / "solutions" / a / cat["notebook"]
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing; the catalogue {a}.json needs it.")
+        solution = nbformat.read(path, as_version=4)
+        blank = _released_answers(solution)
+        for student, spec in chosen[a].items():
+            answers = demo_answers(solution, spec, blank)
+            nb = student_notebook(blank, answers, where=f"catalogue {a}, student {student}")
+            outcomes = run_exercises(nb, solution, path.parent)
+            problems += _compare(a, student, spec["expect"], outcomes)
+            checked += 1
+            bar.update()
+    bar.close()
+    return problems, checked
+
+
+def _compare(a, student, expect, outcomes) -> list:
+    found = []
+    for test, hint in expect["hints"].items():
+        got = outcomes.get(test)
+        if got is None:
+            found.append(dict(assignment=a, student=student, test=test, expected=hint,
+                              got="no such test in the lesson any more"))
+        elif got.passed:
+            found.append(dict(assignment=a, student=student, test=test, expected=hint, got="passes"))
+        elif hint not in got.error:
+            found.append(dict(assignment=a, student=student, test=test, expected=hint, got=got.error))
+    score = sum(o.points for o in outcomes.values() if o.passed)
+    total = sum(o.points for o in outcomes.values())
+    if (score, total) != (expect["score"], expect["max_score"]):
+        others = [f"{t} {'passes' if o.passed else 'fails: ' + o.error}" for t, o in outcomes.items()
+                  if t not in expect["hints"] and not o.passed]
+        found.append(dict(assignment=a, student=student, test=None,
+                          expected=f"score {expect['score']:g}/{expect['max_score']:g}",
+                          got=f"score {score:g}/{total:g}" + (f" ({'; '.join(others)})" if others else "")))
+    return found
+
+
+def format_hint_report(problems: list, checked: int) -> str:
+    """The check's report: one paragraph per problem naming the student, the exercise, the hint
+    it was built for and what it gets now; or one line saying all is well."""
+    if not problems:
+        return f"every demo student ({checked}) still gets the score and hints it was built for"
+    lines = [f"{len(problems)} demo answer(s) no longer show the mistake they were built for "
+             f"({checked} students checked):"]
+    for p in problems:
+        where = f"{p['assignment']}, student {p['student']}"
+        if p["test"] is None:
+            lines.append(f"- {where}: catalogued {p['expected']}, now {p['got']}")
+        else:
+            now = ("it passes" if p["got"] == "passes" else p["got"] if p["got"].startswith("no such")
+                   else f"it gets: {p['got']}")
+            lines.append(f"- {where}, exercise {p['test']}: built to draw the hint {p['expected']!r}; now {now}")
+    lines.append("Fix the exercise or the student's answer and expectation in "
+                 "autograder/demo/catalog/<lesson>.json, then `make lessons`.")
+    return "\n".join(lines)

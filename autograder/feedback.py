@@ -5,7 +5,9 @@ import nh3
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
-__all__ = ["HideHiddenTests", "SanitizeFeedback", "clean_html"]
+from .mistakes import exercise_titles, hint_shown, is_test_cell
+
+__all__ = ["HideHiddenTests", "ExerciseFeedback", "SanitizeFeedback", "clean_html"]
 
 NOTE = "(traceback not shown: this test cell holds hidden tests)"
 
@@ -28,6 +30,35 @@ class HideHiddenTests(ClearHiddenTests):
                 if output.output_type == "error":
                     output.traceback = [f"{output.ename}: {output.evalue}", NOTE]
         return cell, resources
+
+
+class ExerciseFeedback(NbGraderPreprocessor):
+    """Name each exercise and bring its hint forward, for the feedback template.
+
+    Sets ``cell.metadata.autograder = {"title", "failed", "hint"}`` on each autograded test
+    cell: the exercise's title (autograder.mistakes.exercise_titles: the ``# Test: ...`` line
+    or the heading above), whether it lost points (nbgrader's GetGrades, which runs first, put
+    the score there) and the hint it showed (the message of its error, as HideHiddenTests left
+    it). The template ``autograder/templates/feedback/mlexp_feedback.html.j2`` shows the title
+    in the score summary and the hint at the top and above the (collapsed) test code, escaped.
+    The key is removed from every other cell, so a submitted notebook cannot fake it.
+    """
+
+    def preprocess(self, nb, resources):
+        titles = exercise_titles(nb)
+        for cell in nb.cells:
+            cell.metadata.pop("autograder", None)
+            if not is_test_cell(cell):
+                continue
+            meta = cell.metadata["nbgrader"]
+            score, points = meta.get("score"), meta.get("points")
+            failed = score is not None and points is not None and float(score) < float(points)
+            cell.metadata["autograder"] = {
+                "title": titles.get(meta.get("grade_id"), meta.get("grade_id", "")),
+                "failed": failed,
+                "hint": (hint_shown(cell) or "This test failed; the error below says how.")
+                if failed else ""}
+        return nb, resources
 
 
 # Tags a lesson's markdown and a library's HTML output use; attributes on top of nh3's defaults.

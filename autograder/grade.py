@@ -6,7 +6,8 @@ bytes, let nbgrader autograde it with execution moved into the trusted harness (
 there, the student's cells in a sandboxed kernel: autograder.sandbox), render feedback without
 hidden tests, and commit the result to the journal (autograder.journal). ``jobs`` students run
 at once; everything that touches the gradebook is serialised in this process (the only writer
-of grades).
+of grades). With a Dask scheduler, each submission's sandboxed run goes to a worker of that
+cluster instead (autograder.distributed); everything else stays here.
 """
 import csv
 import io
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -160,6 +162,7 @@ class _Grader:
     def __init__(self, work: Path, out: Path, config, options: GradingOptions):
         self.work, self.out, self.config, self.options = work, out, config, options
         self.local = threading.local()
+        self.cluster = None        # a distributed.DaskExecutor, when the runs go to a cluster
 
     def api(self) -> NbGraderAPI:
         if not hasattr(self.local, "api"):   # one per thread: the API keeps per-call state
@@ -176,6 +179,8 @@ class _Grader:
             except Exception as exc:   # one student's failure never stops the batch
                 res.status = f"needs manual review: grading failed ({_reason(str(exc))})"
                 res.retry = True
+        if self.cluster is not None:   # ...but losing the cluster does: nothing is committed
+            self.cluster.raise_if_stopped()
         try:
             report = json.loads(report_file.read_text())
         except (OSError, ValueError):
@@ -246,8 +251,9 @@ def _release(root: Path, work: Path, needed: list, db_url) -> None:
 
 
 def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
-                options: GradingOptions = None, progress: bool = True, jobs: int = 1,
-                force: bool = False, db_url=None, max_bytes: int = MAX_NOTEBOOK_BYTES) -> list:
+                options: GradingOptions = None, progress: bool = True, jobs: int = None,
+                force: bool = False, db_url=None, max_bytes: int = MAX_NOTEBOOK_BYTES,
+                scheduler: str = None) -> list:
     """Grade every submission in ``submissions`` (folder or zip; default: the demo class).
 
     Writes ``out/grades.csv`` (this class, one row per student and assignment),
@@ -255,14 +261,19 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     nbgrader's course folder ``out/work`` (the gradebook ``out/work/gradebook.db`` unless
     ``db_url`` names another, e.g. PostgreSQL). Results already in the journal for the same
     bytes are reused unless ``force``; an interrupted run resumes. ``options`` (GradingOptions)
-    sets the time, memory and output limits; ``jobs`` students are graded at once. Returns the
-    Results sorted by assignment, then student. Raises FileNotFoundError / ValueError when
-    ``submissions`` holds no class, and sandbox.SandboxUnavailable when the OS sandbox cannot run
-    and ``options.unsandboxed`` is not set.
+    sets the time, memory and output limits; ``jobs`` students are graded at once (default 1).
+    ``scheduler`` (a Dask scheduler address) runs each submission on that cluster's workers
+    (autograder.distributed; ``jobs`` then defaults to twice its worker threads) and writes
+    each worker's isolation notes to ``out/isolation.txt``. Returns the Results sorted by
+    assignment, then student. Raises FileNotFoundError / ValueError when ``submissions`` holds
+    no class, sandbox.SandboxUnavailable when the OS sandbox cannot run (here, or on a worker)
+    and ``options.unsandboxed`` is not set, and distributed.ClusterError when the cluster cannot
+    be used or is lost (the results committed before it are kept).
     """
     root, out = Path(root).resolve(), Path(out).resolve()   # nbgrader chdirs while it works
     options = options or GradingOptions()
-    sandbox.check_sandbox(options)
+    if not scheduler:   # on a cluster each worker checks its own sandbox
+        sandbox.check_sandbox(options)
     submissions = DEMO_SUBMISSIONS if submissions is None else Path(submissions).resolve()
     cwd = os.getcwd()
     work = out / "work"
@@ -302,14 +313,32 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         else:
             todo.append(job)
     max_scores = {}
-    atomic_write(out / "isolation.txt", "".join(
-        f"{n}\n" for n in sandbox.isolation_notes(options)) or "fully isolated\n")
+    if scheduler and todo:   # connect only when something is left to run
+        from .distributed import DaskExecutor
+        grader.cluster = DaskExecutor(scheduler, options)
+        config.SandboxedExecute.executor = grader.cluster.name
+        jobs = jobs or 2 * max(1, grader.cluster.threads)
+        if progress:
+            tqdm.write(grader.cluster.describe(jobs), file=sys.stderr)
+    jobs = jobs or 1
+
+    def isolation():   # this machine's notes, or each worker's
+        if grader.cluster is not None:
+            return grader.cluster.isolation_lines()
+        return sandbox.isolation_notes(options) or ["fully isolated"]
+    noted = isolation()
+    if grader.cluster is not None or not scheduler:   # else: nothing ran, the last file stands
+        atomic_write(out / "isolation.txt", "".join(f"{n}\n" for n in noted))
 
     def commit(job, res):   # in this thread only: the journal entry, then grades.csv
+        nonlocal noted
         _publish_feedback(out, job.sub.student, res)
         results[id(job)] = res
         save_result(out, asdict(res))
         _write_partial(out, prepared, results, lessons, max_scores)
+        if isolation() != noted:   # a worker that joined during the batch
+            noted = isolation()
+            atomic_write(out / "isolation.txt", "".join(f"{n}\n" for n in noted))
 
     bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress)
     saved_env = os.environ.get("NBGRADER_EXECUTION")   # nbgrader's autograde deletes it
@@ -323,12 +352,17 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 commit(futures[fut], fut.result())
                 bar.set_postfix_str(f"{futures[fut].sub.student}/{futures[fut].sub.assignment}")
                 bar.update()
-        except BaseException:   # Ctrl-C: stop the children, keep what is committed
+        except BaseException:   # Ctrl-C, a lost cluster: stop the runs, keep what is committed
             pool.shutdown(wait=False, cancel_futures=True)
             sandbox.kill_all()
+            if grader.cluster is not None:   # its calls in flight end with it: let them
+                grader.cluster.close()
+                pool.shutdown()
             raise
         finally:
             bar.close()
+            if grader.cluster is not None:
+                grader.cluster.close()
             os.chdir(cwd)
             if saved_env is None:
                 os.environ.pop("NBGRADER_EXECUTION", None)
@@ -336,7 +370,22 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 os.environ["NBGRADER_EXECUTION"] = saved_env
         pool.shutdown()
     _write_partial(out, prepared, results, lessons, max_scores)
+    _write_report(root, out, prepared, lessons)
     return [results[id(j)] for j in prepared if id(j) in results]
+
+
+def _write_report(root: Path, out: Path, prepared: list, lessons: dict) -> None:
+    """The class report, insights.csv and the CSVs with hints (autograder.report), from what
+    this run committed; a failure here is a warning (every grade is already saved)."""
+    from .insights import write_manifest
+    from .report import write_class_outputs
+    write_manifest(out, [(j.result.student, j.result.assignment, j.sub.student) for j in prepared],
+                   {a: lessons[a].columns for a in sorted(lessons)})
+    try:
+        write_class_outputs(root, out)
+    except Exception as exc:   # noqa: BLE001 (reported, then the run ends as usual)
+        warnings.warn(f"the class report could not be written ({type(exc).__name__}: {exc}); "
+                      f"grades are saved: run `python -m autograder report {out}` after fixing it")
 
 
 def _publish_feedback(out: Path, internal: str, res: Result) -> None:
@@ -362,7 +411,7 @@ def _write_partial(out, prepared, results, lessons, max_scores) -> None:
         if not r.max_score and r.assignment in lessons:
             r.max_score = max_scores.setdefault(r.assignment, _max_score(lessons[r.assignment]))
     columns = [g for a in sorted(lessons) for g in lessons[a].columns]
-    write_csv(out / "grades.csv", done, columns)
+    write_csv(out / "grades.csv", done, columns, hints={})   # hints: filled when the batch ends
 
 
 def _max_score(lesson) -> float:
@@ -370,20 +419,25 @@ def _max_score(lesson) -> float:
                      for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")))
 
 
-def write_csv(path: Path, results: list, exercise_columns: list) -> None:
+def write_csv(path: Path, results: list, exercise_columns: list, hints=None) -> None:
     """One row per student and assignment: BASE_COLUMNS, then points per graded cell (atomic).
+
+    With ``hints`` ((student, assignment) -> the mistake ids of the exercises lost, see
+    autograder.insights), a last column ``hints`` holds them (empty while not yet known).
 
     Every text cell is spreadsheet-safe (ids.spreadsheet_safe): one that a spreadsheet would
     evaluate as a formula (``=``, ``+``, ``-``, ``@``, tab, carriage return first) starts with
     an apostrophe, so an id like ``=HYPERLINK(...)`` is shown, never run.
     """
     columns = BASE_COLUMNS + list(dict.fromkeys(exercise_columns))
+    columns += ["hints"] if hints is not None else []
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n")   # RFC 4180; a lone CR in a cell is quoted
     w.writerow([ids.spreadsheet_safe(c) for c in columns])
     for r in results:
         row = {"student_id": r.student, "assignment": r.assignment, "score": r.score,
-               "max_score": r.max_score, "status": r.status, "notes": "; ".join(r.notes)}
+               "max_score": r.max_score, "status": r.status, "notes": "; ".join(r.notes),
+               "hints": (hints or {}).get((r.student, r.assignment), "")}
         row.update({k: v for k, v in r.exercises.items() if k in columns})
         w.writerow([ids.spreadsheet_safe(row.get(c, "")) for c in columns])
     atomic_write(path, buf.getvalue())

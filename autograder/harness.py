@@ -208,7 +208,7 @@ class KernelLink:
             self.busy = False
         if timed_out or self.expired:
             raise StudentTimeout(f"{what} did not finish within the time limit")
-        if reply is None:
+        if not isinstance(reply, dict):   # no reply, or not one the kernel side writes
             self.blocked = True
             raise RuntimeError(f"the grader could not read {what} from the notebook's kernel"
                                + (f" ({error})" if error else "") + ": was the course library "

@@ -48,14 +48,18 @@ from traitlets import Any, Bool, Dict, Unicode
 from . import jail
 from .options import UNSANDBOXED_FLAG, GradingOptions
 
-__all__ = ["SandboxedExecute", "GRADEBOOK_LOCK", "run_submission", "isolation_notes",
-           "check_sandbox", "kill_all", "SandboxUnavailable", "report_path"]
+__all__ = ["SandboxedExecute", "GRADEBOOK_LOCK", "EXECUTORS", "run_submission",
+           "isolation_notes", "check_sandbox", "kill_all", "SandboxUnavailable", "report_path"]
 
 # Everything that touches nbgrader or the gradebook holds this lock; a notebook's execution
 # (the slow part) releases it, so with -j N up to N harnesses run while the parent scores.
 GRADEBOOK_LOCK = threading.Lock()
 ACTIVE = set()                  # the running harnesses, killed by kill_all() on Ctrl-C
 HARNESS_MEMORY_MB = 8192        # the harness holds decoded values and outputs, never student code
+# Where else a submission may run, by name (SandboxedExecute.executor): a callable
+# (nb, data_dir, options, label) -> (executed notebook or None, report), such as
+# autograder.distributed.DaskExecutor; without one, run_submission runs it here.
+EXECUTORS = {}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -195,30 +199,36 @@ class SandboxedExecute(NbGraderPreprocessor):
 
     Traits (set through nbgrader's config): ``options`` (a GradingOptions as a dict),
     ``course_root``, ``report_dir`` (each submission's report is written to
-    ``report_dir/<assignment>/<student>.json``) and ``release_lock`` (release GRADEBOOK_LOCK
-    while the notebook runs; the grader holds it around nbgrader's own work).
+    ``report_dir/<assignment>/<student>.json``), ``release_lock`` (release GRADEBOOK_LOCK
+    while the notebook runs; the grader holds it around nbgrader's own work) and ``executor``
+    (the name of an entry of EXECUTORS that runs the notebook instead of run_submission here).
     """
     options = Dict(help="GradingOptions fields").tag(config=True)
     course_root = Unicode("", help="course root (never mounted into the sandbox)").tag(config=True)
     report_dir = Unicode("", help="folder for the per-submission reports").tag(config=True)
     release_lock = Bool(False, help="release GRADEBOOK_LOCK while the notebook runs").tag(config=True)
+    executor = Unicode("", help="name of an entry of EXECUTORS (default: run here)").tag(config=True)
     lock = Any(None)
 
     def preprocess(self, nb, resources):
         options = GradingOptions(**self.options)
         data_dir = Path(resources.get("metadata", {}).get("path") or ".")
         original = nbformat.from_dict(json.loads(json.dumps(nb)))
+        info = resources.get("nbgrader", {})
         if self.release_lock:
             GRADEBOOK_LOCK.release()
         try:
-            executed, report = run_submission(nb, data_dir, options, self.course_root or None)
+            if self.executor:
+                label = f"{info.get('assignment', '?')}/{info.get('student', '?')}"
+                executed, report = EXECUTORS[self.executor](nb, data_dir, options, label)
+            else:
+                executed, report = run_submission(nb, data_dir, options, self.course_root or None)
         finally:
             if self.release_lock:
                 GRADEBOOK_LOCK.acquire()
             # nbgrader's setenv() deletes NBGRADER_EXECUTION after this step whatever was there
             # before; with several students in flight another one may have deleted it already.
             os.environ["NBGRADER_EXECUTION"] = "autograde"
-        info = resources.get("nbgrader", {})
         if self.report_dir and info.get("student"):
             path = report_path(self.report_dir, info.get("assignment", "?"), info["student"])
             path.parent.mkdir(parents=True, exist_ok=True)

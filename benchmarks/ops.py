@@ -1,12 +1,26 @@
-"""Speed of mlexp.ops, as ratios timed side by side in one run: chunkwise vs recurrent, vs SDPA, vs matmul.
+"""Speed of mlexp.ops as ratios of things timed side by side in one run (issue 13's goals).
 
-    .venv/bin/python benchmarks/ops.py            # CPU here; on a CUDA machine it adds Triton (and fla)
+    .venv/bin/python benchmarks/ops.py                    # one thread, T = 2048, head_dim 64, CPU
+    .venv/bin/python benchmarks/ops.py --skip-loop        # without the (slow) recurrent-loop table
 
-Every time is the fastest of a few repeats after a warm-up (the run least disturbed by other
-processes), measured in this run; the ratios, not the milliseconds, carry over between machines.
+Threads are pinned (--threads, default 1: OpenMP threads spinning against other processes made
+the same forward take 7 to 75 ms on a shared 2-core machine). Every time is the median of
+--repeats runs after a warm-up, printed with its spread, the interquartile range as a share of
+the median; a row whose spread passes --busy (10%) is flagged BUSY: the machine was busy while it
+ran and its ratios are unreliable. The clock is this thread's CPU time (--clock cpu, the default
+with one thread): on a machine shared with other jobs it leaves out the time the scheduler gives
+them; a row whose wall time passes its CPU time by more than --busy is flagged BUSY too. The two
+things a ratio compares are timed in turn, one run of each, and the ratio is the median of the
+run-by-run ratios, so a slow patch of the machine slows both sides of it. The goals of issue 13 are printed with PASS or FAIL:
+  - chunkwise forward at T = 2048, head_dim 64: >= 50% of the matmul FLOP/s for linear and
+    scalar-gated attention, >= 35% for per-channel gated and the two delta rules;
+  - forward + backward: >= 2x faster than flash-linear-attention's pure-PyTorch reference for the
+    same op, when fla is installed (pip install --no-deps fla-core einops; never a dependency).
+On a CUDA machine the same command adds the Triton tables.
 """
 import argparse
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -14,19 +28,73 @@ import torch.nn.functional as F
 from mlexp.ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_attention
 
 
-def timeit(fn, device, repeats=5, warmup=1):
-    """Fastest wall time of fn() over ``repeats`` runs, in seconds (CUDA is synchronised before reading the clock)."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        fn()
+@dataclass
+class Timing:
+    """Median time in seconds over repeats, its spread (interquartile range / median), the runs in
+    order, and how much longer the wall clock ran than this thread's CPU time (median ratio)."""
+    median: float
+    spread: float
+    runs: list
+    wall_over_cpu: float = 1.0
+
+
+CLOCK = {"cpu": time.thread_time, "wall": time.perf_counter}
+clock = "wall"                                                   # set by main(): --clock
+
+
+def median_spread(xs):
+    """(median, interquartile range / median) of a list of numbers."""
+    xs, n = sorted(xs), len(xs)
+    med = xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    iqr = xs[(3 * n) // 4] - xs[n // 4] if n >= 4 else xs[-1] - xs[0]
+    return med, iqr / med
+
+
+def paired(a, b):
+    """Median and spread of the ratio a/b taken run by run (each pair timed back to back)."""
+    return median_spread([x / y for x, y in zip(a.runs, b.runs)])
+
+
+def _sync(device):
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
+def measure(fns, device, repeats=9, warmup=1):
+    """Time each callable of ``fns`` ``repeats`` times, interleaved (one run of each in turn), after warm-up.
+
+    Returns one Timing per callable. Interleaving puts the same disturbances into every one.
+    """
+    sync = _sync(device)
+    use = "wall" if device.type == "cuda" else clock             # a GPU's work is not this thread's CPU time
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
     sync()
-    times = []
+    runs = [{"cpu": [], "wall": []} for _ in fns]
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        for fn, times in zip(fns, runs):
+            w0, c0 = time.perf_counter(), time.thread_time()
+            fn()
+            sync()
+            times["cpu"].append(max(time.thread_time() - c0, 1e-9))
+            times["wall"].append(time.perf_counter() - w0)
+    return [Timing(*median_spread(t[use]), t[use], median_spread([w / c for w, c in zip(t["wall"], t["cpu"])])[0])
+            for t in runs]
+
+
+def timeit(fn, device, repeats=5, warmup=1):
+    """Median wall time of fn() in seconds (CUDA is synchronised before reading the clock)."""
+    return measure([fn], device, repeats, warmup)[0].median
+
+
+def is_busy(t, busy):
+    """The machine was busy: the spread passes ``busy``, or the wall clock ran 1 + busy times this thread's CPU time."""
+    return t.spread > busy or t.wall_over_cpu > 1 + busy
+
+
+def show(t, busy):
+    """'12.34 ms +- 3%' with a BUSY mark (see is_busy)."""
+    return f"{t.median * 1e3:9.2f} ms +-{t.spread:4.0%}{' BUSY' if is_busy(t, busy) else '     '}"
 
 
 def qkv(B, H, T, D, device, grad=False, dtype=torch.float32):
@@ -56,6 +124,9 @@ FAMILY = {
     "delta_rule": lambda impl, x, C: delta_rule(x["q"], x["k_unit"], x["v"], x["beta"], impl=impl, chunk_size=C),
     "gated_delta_rule": lambda impl, x, C: gated_delta_rule(x["q"], x["k_unit"], x["v"], x["beta"], x["g"], impl=impl, chunk_size=C),
 }
+# Goal: chunkwise forward FLOP/s as a share of the matmul's (issue 13).
+FLOP_GOAL = {"linear": 0.50, "gated (scalar g)": 0.50, "gated (channel g)": 0.35, "delta_rule": 0.35,
+             "gated_delta_rule": 0.35}
 
 
 def fwd_bwd(op):
@@ -67,160 +138,224 @@ def fwd_bwd(op):
     return run
 
 
-def chunk_flops(T, D, C):
-    """Operations of the chunkwise forward per head (1 multiply-add = 2): per block of C tokens
-    Q K^T and A V (2 C^2 D each), K^T V and Q S (2 C D^2 each)."""
+def chunk_flops(name, T, D, C):
+    """Matmul operations of the chunkwise forward per head (a multiply-add counts 2).
+
+    Linear and gated, per block of C tokens: Q K^T and A V (2 C^2 D each), K^T V and Q S
+    (2 C D^2 each). Delta rules: K K^T, W = T K, U = T V, Q K^T, P V' (2 C^2 D each), W S, Q S,
+    K^T V' (2 C D^2 each) and the triangular inverse (C^3 / 3).
+    """
     N = -(-T // C)
+    if "delta" in name:
+        return N * (10 * C * C * D + 6 * C * D * D + C ** 3 // 3)
     return N * (4 * C * C * D + 4 * C * D * D)
 
 
-def cpu_tables(a, device):
-    B, H, D, C = a.batch, a.heads, a.head_dim, a.chunk
-    print(f"# shapes: B={B}, H={H}, head_dim={D}, chunk C={C}, float32, {torch.get_num_threads()} threads, {device}")
-    print("\n## chunkwise vs recurrent (linear_attention, unnormalised)")
-    print(f"recurrent timed on the full T up to T={a.recurrent_max} (forward) and T={a.recurrent_bwd_max} "
-          "(forward+backward); beyond that its time is the time measured there scaled by the ratio of T "
-          "(a loop: its cost per token is constant), marked *")
-    print(f"{'T':>6} {'rec fwd ms':>11} {'chunk fwd ms':>13} {'fwd x':>7} {'rec f+b ms':>11} {'chunk f+b ms':>13} {'f+b x':>7}")
-    results, rec_cache = {}, {}
+def warm_up(a, device):
+    """Run every op (forward and backward) and the matmul a few times before anything is timed.
 
-    def recurrent_time(T, grad):
-        """Time of the recurrent loop at T (measured once per length, reused for longer T)."""
-        if (T, grad) not in rec_cache:
-            q, k, v = qkv(B, H, T, D, device, grad=grad)
-            op = lambda: linear_attention(q, k, v, impl="recurrent")      # noqa: E731
-            rec_cache[T, grad] = timeit(fwd_bwd(op) if grad else op, device, repeats=3, warmup=0)
-        return rec_cache[T, grad]
+    A fresh process pays for its first large allocations (the allocator maps new pages and
+    learns its thresholds); without this, whichever op is timed first looks 1.5-2x slower.
+    """
+    x = family_inputs(a.batch, a.heads, a.family_T, a.head_dim, device, grad=True)
+    m = torch.randn(a.matmul_n, a.matmul_n, device=device)
+    for _ in range(3):
+        for op in FAMILY.values():
+            fwd_bwd(lambda: op("chunk", x, a.chunk))()
+        m @ m
 
-    for T in a.T:
-        Tr, Tb = min(T, a.recurrent_max), min(T, a.recurrent_bwd_max)
-        rec = recurrent_time(Tr, False) * T / Tr
-        rec_fb = recurrent_time(Tb, True) * T / Tb
-        q, k, v = qkv(B, H, T, D, device)
-        chunk = timeit(lambda: linear_attention(q, k, v, impl="chunk", chunk_size=C), device)
-        q, k, v = qkv(B, H, T, D, device, grad=True)
-        chunk_fb = timeit(fwd_bwd(lambda: linear_attention(q, k, v, impl="chunk", chunk_size=C)), device)
-        mark, mark_b = ("*" if Tr < T else " "), ("*" if Tb < T else " ")
-        print(f"{T:>6} {rec * 1e3:>10.1f}{mark} {chunk * 1e3:>13.2f} {rec / chunk:>7.1f} "
-              f"{rec_fb * 1e3:>10.1f}{mark_b} {chunk_fb * 1e3:>13.2f} {rec_fb / chunk_fb:>7.1f}")
-        results[T] = dict(fwd_speedup=rec / chunk, chunk_s=chunk)
 
-    print("\n## chunkwise linear attention vs causal softmax attention (F.scaled_dot_product_attention), forward")
-    print(f"{'T':>6} {'sdpa ms':>9} {'chunk ms':>9} {'sdpa/chunk':>11}")
-    crossover = None
-    for T in sorted(set([128, 256] + list(a.T))):
-        q, k, v = qkv(B, H, T, D, device)
-        sdpa = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), device)
-        chunk = timeit(lambda: linear_attention(q, k, v, impl="chunk", chunk_size=C), device)
-        print(f"{T:>6} {sdpa * 1e3:>9.2f} {chunk * 1e3:>9.2f} {sdpa / chunk:>11.2f}")
-        if sdpa > chunk and crossover is None:
-            crossover = T
-        elif sdpa <= chunk:
-            crossover = None                               # the crossover is where chunk stays ahead
-    print(f"crossover: chunkwise linear attention is faster from T = {crossover} on" if crossover
-          else "crossover: not reached in this range")
-
-    print("\n## chunkwise forward FLOP/s vs torch.matmul FLOP/s, both measured now")
+def flop_table(a, device):
+    """Goal 1: every op's chunkwise forward FLOP/s against a 1024^3 matmul timed interleaved with it."""
+    B, H, D, C, T = a.batch, a.heads, a.head_dim, a.chunk, a.family_T
     n = a.matmul_n
-    x, y = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    mm = 2 * n ** 3 / timeit(lambda: x @ y, device)
-    tiles = torch.randn(B * H * (2048 // C), C, D, device=device)
-    mm_tile = 2 * tiles.shape[0] * C * C * D / timeit(lambda: tiles @ tiles.transpose(1, 2), device)
-    print(f"torch.matmul {n}x{n} @ {n}x{n}: {mm / 1e9:.1f} GFLOP/s; "
-          f"batched ({C}x{D}) @ ({D}x{C}) tiles: {mm_tile / 1e9:.1f} GFLOP/s")
-    print(f"{'T':>6} {'chunk GFLOP/s':>14} {'of matmul':>10} {'of tile matmul':>15}")
-    for T in a.T:
-        rate = B * H * chunk_flops(T, D, C) / results[T]["chunk_s"]
-        results[T]["frac"] = rate / mm
-        print(f"{T:>6} {rate / 1e9:>14.1f} {rate / mm:>9.0%} {rate / mm_tile:>14.0%}")
+    x_mm, y_mm = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    print(f"\n## chunkwise forward FLOP/s vs a {n}^3 torch.matmul timed beside it, T={T}")
+    print("share: the op's FLOP/s over the matmul's, run by run (each pair back to back), median +- IQR/median")
+    print(f"{'op':>18} {'chunk forward':>23} {'matmul':>23} {'GFLOP/s':>8} {'share':>12} {'goal':>5}")
+    tiles = torch.randn(B * H * (-(-T // C)), C, D, device=device)   # the shape of every matmul of the chunk form
+    t_tile, t_mm = measure([lambda: torch.bmm(tiles, tiles.transpose(1, 2)), lambda: x_mm @ y_mm], device, a.repeats)
+    inv, spread = paired(t_tile, t_mm)
+    rate = 2 * tiles.shape[0] * C * C * D / t_tile.median
+    print(f"{'(C, D) @ (D, C) bmm':>18} {show(t_tile, a.busy)} {show(t_mm, a.busy)} {rate / 1e9:>8.1f} "
+          f"{tiles.shape[0] * C * C * D / n ** 3 / inv:>5.0%} +-{spread:3.0%}        the ceiling: batched tiles alone")
+    results = {}
+    for name, op in FAMILY.items():
+        x = family_inputs(B, H, T, D, device)
+        t_op, t_mm = measure([lambda: op("chunk", x, C), lambda: x_mm @ y_mm], device, a.repeats)
+        rate = B * H * chunk_flops(name, T, D, C) / t_op.median
+        inv, spread = paired(t_op, t_mm)                         # op time / matmul time, per pair
+        share = B * H * chunk_flops(name, T, D, C) / (2 * n ** 3) / inv
+        results[name] = share
+        verdict = "PASS" if share >= FLOP_GOAL[name] else "FAIL"
+        print(f"{name:>18} {show(t_op, a.busy)} {show(t_mm, a.busy)} {rate / 1e9:>8.1f} {share:>5.0%} +-{spread:3.0%} "
+              f"{FLOP_GOAL[name]:>5.0%} {verdict}")
+    return results
 
-    T = a.family_T
-    print(f"\n## every op at T={T}: chunkwise vs recurrent, forward and forward+backward")
-    print(f"{'op':>18} {'rec fwd ms':>11} {'chunk fwd ms':>13} {'fwd x':>7} {'rec f+b ms':>11} {'chunk f+b ms':>13} {'f+b x':>7}")
+
+def _fla_references():
+    """fla's pure-PyTorch references as callables on our inputs dict, or (None, why not)."""
+    try:
+        from fla.ops.delta_rule.naive import delta_rule_chunkwise
+        from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule
+        from fla.ops.gla.naive import naive_recurrent_gla
+        from fla.ops.linear_attn.naive import naive_chunk_linear_attn
+        from fla.ops.simple_gla.naive import naive_chunk_simple_gla
+    except Exception as e:                                       # noqa: BLE001 - any import failure means skip
+        return None, f"{type(e).__name__}: {e}"
+    t = lambda x: x.transpose(1, 2)                               # fla's (B, T, H, ...) layout  # noqa: E731
+    # (callable(inputs, chunk), chunk sizes to try: the fastest counts, what it is)
+    return {
+        "linear": (lambda x, C: naive_chunk_linear_attn(t(x["q"]), t(x["k"]), t(x["v"]), scale=1.0),
+                   (64,), "naive_chunk_linear_attn"),
+        "gated (scalar g)": (lambda x, C: naive_chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), t(x["g"]),
+                                                                 chunk_size=C, scale=1.0)[0],
+                             (32, 64), "naive_chunk_simple_gla"),
+        "gated (channel g)": (lambda x, C: naive_recurrent_gla(t(x["q"]), t(x["k"]), t(x["v"]), t(x["g_ch"]))[0],
+                              (None,), "naive_recurrent_gla (fla has no PyTorch chunk form for GLA)"),
+        "delta_rule": (lambda x, C: delta_rule_chunkwise(x["q"], x["k_unit"], x["v"], x["beta"], chunk_size=C)[0],
+                       (32, 64), "delta_rule_chunkwise"),
+        "gated_delta_rule": (lambda x, C: naive_chunk_gated_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["g"]),
+                                                                       t(x["beta"]), chunk_size=C, scale=1.0)[0],
+                             (32, 64), "naive_chunk_gated_delta_rule"),
+    }, None
+
+
+def fla_table(a, device):
+    """Goal 2: forward + backward against fla's pure-PyTorch reference of the same op (when installed)."""
+    B, H, D, C, T = a.batch, a.heads, a.head_dim, a.chunk, a.family_T
+    refs, why = _fla_references()
+    print(f"\n## forward+backward vs flash-linear-attention's pure-PyTorch reference, T={T}")
+    if refs is None:
+        print(f"fla: not importable ({why}); skipped. Install it beside the course to compare: "
+              "pip install --no-deps fla-core einops")
+        return None
+    print(f"{'op':>18} {'ours (chunk)':>23} {'fla':>23} {'fla/ours':>9} {'goal':>5}  fla function (chunk)")
+    results = {}
+    for name, op in FAMILY.items():
+        fn, chunks, what = refs[name]
+        x = family_inputs(B, H, T, D, device, grad=True)
+        with torch.no_grad():                                    # same op, same numbers (fla's scale set to 1)
+            o, o_ref = op("chunk", x, C)[0], fn(x, chunks[0])
+            o_ref = o_ref if name == "delta_rule" else o_ref.transpose(1, 2)
+            if name in ("gated (channel g)", "delta_rule"):
+                o_ref = o_ref * D ** 0.5                         # these two always scale q by Dk^-0.5
+            err = ((o - o_ref).norm() / o.norm()).item()
+        fla_t, fla_c = None, None
+        for c in chunks:
+            t_ours, t_fla = measure([fwd_bwd(lambda: op("chunk", x, C)), fwd_bwd(lambda: fn(x, c))], device,
+                                    a.repeats if c else 3)
+            if fla_t is None or t_fla.median < fla_t.median:
+                fla_t, fla_c, ours_t = t_fla, c, t_ours
+        ratio, _ = paired(fla_t, ours_t)
+        results[name] = ratio
+        print(f"{name:>18} {show(ours_t, a.busy)} {show(fla_t, a.busy)} {ratio:>8.1f}x {2:>4}x "
+              f"{'PASS' if ratio >= 2 else 'FAIL'}  {what} ({fla_c or 'loop'}); outputs agree to {err:.0e}")
+    return results
+
+
+def loop_table(a, device):
+    """Every op's chunkwise form against its recurrent loop (the readable reference)."""
+    B, H, D, C, T = a.batch, a.heads, a.head_dim, a.chunk, a.family_T
+    print(f"\n## chunkwise vs the recurrent loop, T={T} (the loop timed {a.loop_repeats} times)")
+    print(f"{'op':>18} {'fwd: loop/chunk':>16} {'f+b: loop/chunk':>16}")
     for name, op in FAMILY.items():
         row = []
         for grad in (False, True):
             x = family_inputs(B, H, T, D, device, grad=grad)
             wrap = fwd_bwd if grad else (lambda f: f)
-            rec = timeit(wrap(lambda: op("recurrent", x, C)), device, repeats=2, warmup=0)
-            chunk = timeit(wrap(lambda: op("chunk", x, C)), device)
-            row += [rec, chunk]
-        print(f"{name:>18} {row[0] * 1e3:>11.1f} {row[1] * 1e3:>13.2f} {row[0] / row[1]:>7.1f} "
-              f"{row[2] * 1e3:>11.1f} {row[3] * 1e3:>13.2f} {row[2] / row[3]:>7.1f}")
-
-    if 2048 in results:
-        r = results[2048]
-        ok = r["fwd_speedup"] >= 20 and r["frac"] >= 0.30
-        print(f"\ndone-criterion (issue 3) at T=2048, head_dim {D}: chunk/recurrent forward = {r['fwd_speedup']:.1f}x "
-              f"(goal >= 20x); chunk FLOP/s = {r['frac']:.0%} of matmul (goal >= 30%): {'PASS' if ok else 'FAIL'}")
+            t_loop, t_chunk = measure([wrap(lambda: op("recurrent", x, C)), wrap(lambda: op("chunk", x, C))],
+                                      device, a.loop_repeats, warmup=0)
+            row.append(f"{paired(t_loop, t_chunk)[0]:>15.1f}x" + ("!" if is_busy(t_chunk, a.busy) else " "))
+        print(f"{name:>18} {row[0]} {row[1]}")
 
 
-def _fla_ops():
-    """fla's chunk kernels as callables taking our inputs dict (B, H, T, D), or the reason they are missing."""
-    try:
-        from fla.ops.delta_rule import chunk_delta_rule
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-        from fla.ops.gla import chunk_gla
-        from fla.ops.simple_gla import chunk_simple_gla
-    except Exception as e:                                       # noqa: BLE001 - any import failure means skip
-        return None, f"{type(e).__name__}: {e}"
-    t = lambda x: x.transpose(1, 2)                               # fla takes (B, T, H, D)  # noqa: E731
-    return {
-        "linear": lambda x: chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), scale=1.0)[0],
-        "gated (scalar g)": lambda x: chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), g=t(x["g"]), scale=1.0)[0],
-        "gated (channel g)": lambda x: chunk_gla(t(x["q"]), t(x["k"]), t(x["v"]), g=t(x["g_ch"]), scale=1.0)[0],
-        "delta_rule": lambda x: chunk_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["beta"]), scale=1.0)[0],
-        "gated_delta_rule": lambda x: chunk_gated_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["g"]),
-                                                             t(x["beta"]), scale=1.0)[0],
-    }, None
-
-
-def cuda_tables(a, device):
-    """Triton kernels (and fla's, when importable) against the chunkwise PyTorch path, on the GPU."""
+def sdpa_table(a, device):
+    """Chunkwise linear attention against causal softmax attention (F.scaled_dot_product_attention)."""
     B, H, D, C = a.batch, a.heads, a.head_dim, a.chunk
-    print(f"\n## CUDA ({torch.cuda.get_device_name()}): B={B}, H={H}, head_dim={D}, bfloat16 inputs")
-    fla, why = _fla_ops()
-    print("fla: " + ("found, its chunk kernels are timed too" if fla else f"not importable ({why}), skipped"))
-    print(f"{'op':>18} {'T':>6} {'pass':>5} {'chunk ms':>9} {'triton ms':>10} {'chunk/triton':>13} {'fla ms':>8} {'fla/triton':>11}")
-    for name, op in FAMILY.items():
-        for T in a.T:
-            for mode in ("fwd", "f+b"):
-                x = family_inputs(B, H, T, D, device, grad=mode == "f+b", dtype=torch.bfloat16)
-                wrap = fwd_bwd if mode == "f+b" else (lambda f: f)
-                times = {impl: timeit(wrap(lambda impl=impl: op(impl, x, C)), device) for impl in ("chunk", "triton")}
-                line = (f"{name:>18} {T:>6} {mode:>5} {times['chunk'] * 1e3:>9.2f} {times['triton'] * 1e3:>10.2f} "
-                        f"{times['chunk'] / times['triton']:>13.2f}")
-                if fla:
-                    try:
-                        f_t = timeit(wrap(lambda: fla[name](x)), device)
-                        line += f" {f_t * 1e3:>8.2f} {f_t / times['triton']:>11.2f}"
-                    except Exception as e:                       # noqa: BLE001 - report and go on
-                        line += f" fla failed: {type(e).__name__}"
-                print(line)
+    print("\n## causal softmax attention (SDPA) time / chunkwise linear attention time, forward")
+    print(f"{'T':>6} {'sdpa/chunk':>11}")
+    crossover = None
+    for T in sorted(set([128, 256, 512, a.family_T])):
+        q, k, v = qkv(B, H, T, D, device)
+        t_sdpa, t_chunk = measure([lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                   lambda: linear_attention(q, k, v, impl="chunk", chunk_size=C)], device, a.repeats)
+        ratio = paired(t_sdpa, t_chunk)[0]
+        print(f"{T:>6} {ratio:>11.2f}{' BUSY' if is_busy(t_sdpa, a.busy) or is_busy(t_chunk, a.busy) else ''}")
+        crossover = (crossover or T) if ratio > 1 else None      # from where chunk stays ahead
+    print(f"crossover: chunkwise linear attention is faster from T = {crossover} on" if crossover
+          else "crossover: not reached in this range")
+
+
+def edge_costs(a, device):
+    """What the edge handling costs: hard resets (exact form in their chunks) and the non-finite check."""
+    B, H, D, C, T = a.batch, a.heads, a.head_dim, a.chunk, a.family_T
+    print(f"\n## cost of the edge handling, chunkwise forward, T={T}")
+    x = family_inputs(B, H, T, D, device)
+    reset = dict(x)                                              # a document boundary every 512 tokens
+    reset["g"], reset["g_ch"] = x["g"].clone(), x["g_ch"].clone()
+    reset["g"][:, :, 512::512] = float("-inf")
+    reset["g_ch"][:, :, 512::512] = float("-inf")
+    print(f"{'op':>18} {'with resets / without':>22} {'finite check / forward':>23}")
+    for name in ("gated (scalar g)", "gated (channel g)", "gated_delta_rule"):
+        op = FAMILY[name]
+        o = op("chunk", x, C)
+        t_plain, t_reset, t_check = measure([lambda: op("chunk", x, C), lambda: op("chunk", reset, C),
+                                             lambda: bool(torch.isfinite(sum(y.sum() for y in o)))], device, a.repeats)
+        print(f"{name:>18} {paired(t_reset, t_plain)[0]:>21.2f}x {paired(t_check, t_plain)[0]:>22.1%}"
+              f"{' BUSY' if is_busy(t_plain, a.busy) or is_busy(t_reset, a.busy) else ''}")
+    n_resets, n_chunks = len(range(512, T, 512)), -(-T // C)
+    print(f"(resets: g = -inf every 512 tokens, so {n_resets} of {n_chunks} chunks per head take the exact form; "
+          "finite check: the sum over the outputs that decides whether any input was NaN or inf)")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--T", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192], help="sequence lengths")
+    p.add_argument("--T", type=int, nargs="+", default=[2048], help="sequence lengths of the CUDA tables")
+    p.add_argument("--family-T", type=int, default=2048, help="T of the CPU tables (the goals are stated at 2048)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--chunk", type=int, default=64, help="chunk size C")
-    p.add_argument("--recurrent-max", type=int, default=2048, help="longest T the recurrent forward is run at")
-    p.add_argument("--recurrent-bwd-max", type=int, default=1024, help="longest T the recurrent forward+backward is run at")
-    p.add_argument("--family-T", type=int, default=2048, help="T of the every-op table")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice); 1 gives steadier numbers on a busy machine")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steady on a shared machine)")
+    p.add_argument("--repeats", type=int, default=9, help="timed runs per measurement (the median is reported)")
+    p.add_argument("--loop-repeats", type=int, default=3, help="timed runs of the slow recurrent-loop table")
+    p.add_argument("--busy", type=float, default=0.10, help="spread (IQR / median) above which a row is flagged BUSY")
     p.add_argument("--matmul-n", type=int, default=1024, help="size of the square matmul giving the reference FLOP/s")
+    p.add_argument("--skip-loop", action="store_true", help="leave out the recurrent-loop table (the slowest part)")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                   help="CPU timings: this thread's CPU time (default; leaves out the time the scheduler gives "
+                        "other processes, which needs --threads 1) or the wall clock")
     a = p.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    global clock
+    clock = "wall" if a.threads != 1 else a.clock                # other threads' work is not this thread's time
+    torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    cpu_tables(a, torch.device("cpu"))
-    if torch.cuda.is_available():
-        cuda_tables(a, torch.device("cuda"))
+    device = torch.device("cpu")
+    print(f"# B={a.batch}, H={a.heads}, head_dim={a.head_dim}, chunk C={a.chunk}, float32, "
+          f"{torch.get_num_threads()} thread(s), {device}; median of {a.repeats} runs +- IQR/median; "
+          f"clock: {'this thread' + chr(39) + 's CPU time' if clock == 'cpu' else 'wall'}")
+    warm_up(a, device)
+    shares = flop_table(a, device)
+    vs_fla = fla_table(a, device)
+    edge_costs(a, device)
+    sdpa_table(a, device)
+    if not a.skip_loop:
+        loop_table(a, device)
+    print("\n## issue 13 goals")
+    for name, share in shares.items():
+        print(f"forward FLOP/s share {name}: {share:.0%} (goal >= {FLOP_GOAL[name]:.0%}): "
+              f"{'PASS' if share >= FLOP_GOAL[name] else 'FAIL'}")
+    for name, ratio in (vs_fla or {}).items():
+        print(f"forward+backward vs fla {name}: {ratio:.1f}x (goal >= 2x): {'PASS' if ratio >= 2 else 'FAIL'}")
+    if vs_fla is None:
+        print("forward+backward vs fla: not measured (fla not installed)")
+    if torch.cuda.is_available():   # the Triton kernels: correctness first, then the timed tables
+        import ops_cuda             # benchmarks/ops_cuda.py, beside this file
+        ops_cuda.main(["--budget", "600"])
     else:
-        print("\nCUDA: not available here; on a GPU machine this same command adds the Triton (and fla) tables.")
+        print("\nCUDA: not available here; on a GPU machine this same command adds the Triton tables "
+              "(benchmarks/ops_cuda.py: correctness, then Triton vs chunkwise vs fla, grids vs SMs).")
 
 
 if __name__ == "__main__":

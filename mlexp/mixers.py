@@ -133,18 +133,32 @@ class DeltaNet(_HeadMixer):
     q and k are L2-normalised per head (normalize_qk in the op), beta_t = sigmoid(w_h . x_t + c_h)
     in (0, 1) per head and token, each head's output is RMS-normalised before the output
     projection. (The published models add short convolutions and SiLU; left out to stay minimal.)
-    forward: x (B, T, dim) -> (B, T, dim).
+    rule="additive" keeps all of that and changes only the write to S_t = S_{t-1} + beta_t k_t v_t^T
+    (no read of the old value): the control of lesson 03, which isolates the update rule from
+    the feature map, the normaliser and the output norm. forward: x (B, T, dim) -> (B, T, dim).
+    Raises ValueError for another ``rule``.
     """
 
-    def __init__(self, dim, n_heads, head_dim=None, impl=None, chunk_size=64):
+    def __init__(self, dim, n_heads, head_dim=None, impl=None, chunk_size=64, rule="delta"):
         super().__init__(dim, n_heads, head_dim, impl, chunk_size)
+        if rule not in ("delta", "additive"):
+            raise ValueError(f"rule must be 'delta' or 'additive'; got {rule!r}")
+        self.rule = rule
         self.beta_proj = nn.Linear(dim, n_heads)
 
     def forward(self, x):
         q, k, v = self._qkv(x)
         beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (B, T, H) -> (B, H, T)
-        o, _ = delta_rule(q, k, v, beta, impl=self.impl, chunk_size=self.chunk_size, normalize_qk=True)
+        if self.rule == "additive":
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+            # beta_t k_t v_t^T = k_t (beta_t v_t)^T: plain linear attention on beta-scaled values.
+            o, _ = linear_attention(q, k, beta[..., None] * v, impl=self.impl, chunk_size=self.chunk_size)
+        else:
+            o, _ = delta_rule(q, k, v, beta, impl=self.impl, chunk_size=self.chunk_size, normalize_qk=True)
         return self._merge(_head_rms_norm(o))
+
+    def extra_repr(self):
+        return super().extra_repr() + (f", rule={self.rule}" if self.rule != "delta" else "")
 
 
 class GatedDeltaNet(DeltaNet):
@@ -197,6 +211,8 @@ class CausalConv(nn.Module):
     def forward(self, x):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"CausalConv expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
+        if x.shape[1] == 0:                                        # empty in, empty out (Conv1d refuses T = 0)
+            return x * 0
         y = F.pad(x.transpose(1, 2), (self.kernel_size - 1, 0))  # (B, dim, T) -> (B, dim, k-1 + T)
         return self.conv(y).transpose(1, 2)                        # (B, dim, T) -> (B, T, dim)
 
@@ -232,6 +248,8 @@ class LSTMMixer(nn.Module):
     def forward(self, x):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"LSTMMixer expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
+        if x.shape[1] == 0:                                        # empty in, empty out (nn.LSTM refuses T = 0)
+            return x * 0
         h, _ = self.lstm(x)                                        # (B, T, dim) -> (B, T, hidden)
         return self.out_proj(h)                                    # (B, T, hidden) -> (B, T, dim)
 

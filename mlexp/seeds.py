@@ -1,9 +1,11 @@
-"""Seed runs: re-run lesson notebooks with SEED shifted, collect their RESULT lines, tabulate mean +- sd.
+"""Seed tables: the RESULT lines lessons print, their mean +- sd over seeds, and the markdown table.
 
-Command line (from the course checkout)::
+This module is the library side that lessons import (``parse_markdown`` reads a committed
+``seeds.md``). The tool that re-runs lesson notebooks with shifted seeds lives on the command-line
+side, in ``autograder.seeds``; from the course checkout::
 
-    python -m mlexp.seeds 00_token_mixing --seeds 0 1 2 --out solutions/00_token_mixing/seeds.md
-    python -m mlexp.seeds --all --seeds 0 1 2 --jobs 2
+    python -m autograder seeds 00_token_mixing --seeds 0 1 2 --out solutions/00_token_mixing/seeds.md
+    python -m mlexp.seeds 00_token_mixing --seeds 0 1 2      # the same command, kept working
 
 How the seed travels: each lesson sets its seed in one line of a code cell, ``SEED = 0``, and
 seeds every experiment from that name. For seed s the tool rewrites that line to ``SEED = s`` in
@@ -19,19 +21,13 @@ lines sharing those (a loop printing the same line for several sizes keeps its o
 """
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import re
-import shutil
 import sys
-import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
 
 __all__ = ["ResultLine", "parse_result_line", "result_lines", "set_seed", "find_seed_line",
-           "aggregate", "format_markdown", "parse_markdown", "run_notebook", "run_lessons", "main"]
+           "aggregate", "format_markdown", "parse_markdown", "main"]
 
 SEED_LINE = re.compile(r"^SEED\s*=\s*-?\d+\b", re.MULTILINE)   # the one line a seed run rewrites
 _FIELD = re.compile(r"([A-Za-z_][\w.\-/]*)=(.*?)(?=\s+[A-Za-z_][\w.\-/]*=|\s*$)")
@@ -198,132 +194,11 @@ def set_seed(nb, seed: int) -> bool:
     return False
 
 
-def run_notebook(path, seed: int | None, grading: bool = False, timeout: int = 1800) -> str:
-    """Execute a copy of notebook ``path`` (in a copy of its folder) with SEED = ``seed``.
-
-    seed None runs it as it is. grading=True sets NBGRADER_EXECUTION=validate (token-sized
-    experiments, for a quick check); otherwise the variable is removed (full size). Returns all
-    text the notebook printed (stdout streams), joined. Raises nbclient's CellExecutionError when
-    a cell fails, ValueError when a seed is given for a notebook without a SEED line.
-    """
-    try:
-        import nbformat
-        from nbclient import NotebookClient
-    except ImportError as exc:
-        raise ImportError(f"seed runs execute notebooks with nbclient and nbformat ({exc.name} is missing): "
-                          "install them with `pip install -e '.[grade]'`.") from exc
-
-    path = Path(path)
-    nb = nbformat.read(path, as_version=4)
-    if seed is not None and not set_seed(nb, seed):
-        raise ValueError(f"{path} has no `SEED = <int>` line in a code cell, so its seed cannot be "
-                         "shifted; add one and seed every experiment from SEED.")
-    env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
-    if grading:
-        env["NBGRADER_EXECUTION"] = "validate"
-    with tempfile.TemporaryDirectory(prefix="mlexp-seeds-") as tmp:
-        folder = Path(shutil.copytree(path.parent, Path(tmp) / path.parent.name))
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                extra_arguments=["--IPKernelApp.log_level=ERROR"],
-                                resources={"metadata": {"path": str(folder)}})
-        client.execute(env=env)
-    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                     for out in cell.get("outputs", []) if out.get("output_type") == "stream"
-                     and out.get("name") == "stdout")
-
-
-def _job(path, seed, grading, timeout):
-    try:
-        return seed, run_notebook(path, seed, grading, timeout), None
-    except Exception as exc:                     # reported, and the other runs go on
-        return seed, "", f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
-
-
-def lesson_notebook(root: Path, lesson: str) -> Path:
-    """``solutions/<id>/<id>.ipynb`` for a lesson id or a unique prefix of one ("00")."""
-    ids = sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and p.name.startswith(lesson))
-    if len(ids) != 1:
-        raise ValueError(f"lesson {lesson!r} matches {ids or 'nothing'} in {root / 'solutions'}; give one lesson id.")
-    nbs = sorted((root / "solutions" / ids[0]).glob("*.ipynb"))
-    if not nbs:
-        raise FileNotFoundError(f"{root / 'solutions' / ids[0]} holds no notebook.")
-    return nbs[0]
-
-
-def run_lessons(root, lessons, seeds, jobs=1, grading=False, timeout=1800, progress=True):
-    """Run every lesson at every seed; returns ({lesson: rows}, [error messages]).
-
-    Lessons without a SEED line run once (the first seed's row then has n = 1).
-    """
-    import nbformat
-    from tqdm.auto import tqdm
-
-    root = Path(root)
-    plan = []
-    for lesson in lessons:
-        path = lesson_notebook(root, lesson)
-        seeded = any(c.cell_type == "code" and find_seed_line(c.source)
-                     for c in nbformat.read(path, as_version=4).cells)
-        plan += [(path, s if seeded else None) for s in (seeds if seeded else seeds[:1])]
-    outputs, errors = {}, []
-    bar = tqdm(total=len(plan), desc="seed runs", disable=not progress)
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(_job, p, s, grading, timeout): p for p, s in plan}
-        for fut in as_completed(futures):
-            path = futures[fut]
-            seed, text, error = fut.result()
-            if error:
-                errors.append(f"{path.parent.name} seed {seed}: {error}")
-            else:
-                outputs.setdefault(path.parent.name, {})[seed] = result_lines(text)
-            bar.update(1)
-    bar.close()
-    tables = {}
-    for path, _ in plan:
-        lesson = path.parent.name
-        if lesson in outputs and lesson not in tables:
-            ordered = {s: outputs[lesson][s] for s in [*seeds, None] if s in outputs[lesson]}
-            tables[lesson] = aggregate(ordered)
-    return tables, errors
-
-
-def _course_root(course):
-    for root in ([Path(course)] if course else [Path.cwd(), Path(__file__).resolve().parent.parent]):
-        if (root / "solutions").is_dir():
-            return root
-    raise FileNotFoundError("No solutions/ folder found: run from the course checkout or pass --course PATH.")
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mlexp.seeds", description=__doc__.splitlines()[0])
-    p.add_argument("lessons", nargs="*", help="lesson ids or unique prefixes, e.g. 00_token_mixing or 00")
-    p.add_argument("--all", action="store_true", help="every lesson whose solution prints RESULT lines")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run (default 0 1 2)")
-    p.add_argument("--out", metavar="FILE", help="also write the markdown table to FILE")
-    p.add_argument("--jobs", type=int, default=1, help="notebooks run at the same time (default 1)")
-    p.add_argument("--grading", action="store_true",
-                   help="run experiments at grading size (NBGRADER_EXECUTION=validate): a quick check")
-    p.add_argument("--timeout", type=int, default=1800, help="seconds per cell (default 1800)")
-    p.add_argument("--course", metavar="PATH", help="course checkout (default: here)")
-    p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
-    root = _course_root(args.course)
-    lessons = list(args.lessons)
-    if args.all:
-        lessons += [d.name for d in sorted((root / "solutions").iterdir())
-                    if d.is_dir() and any("RESULT" in nb.read_text() for nb in d.glob("*.ipynb"))
-                    and d.name not in lessons]
-    if not lessons:
-        p.error("name at least one lesson, or pass --all")
-    tables, errors = run_lessons(root, lessons, args.seeds, args.jobs, args.grading, args.timeout,
-                                 progress=not args.no_progress)
-    text = format_markdown(tables, args.seeds)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    for e in errors:
-        print(f"FAILED {e}", file=sys.stderr)
-    return 1 if errors else 0
+    """``python -m mlexp.seeds ...``: the seed runner of ``autograder.seeds`` (same arguments)."""
+    from autograder.seeds import main as run
+
+    return run(argv, prog="python -m mlexp.seeds")
 
 
 if __name__ == "__main__":

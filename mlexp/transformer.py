@@ -174,7 +174,7 @@ class Attention(nn.Module):
         else:  # query t sees keys s with 0 <= t - s < window: a band below the diagonal
             lag = torch.arange(T, device=x.device)[:, None] - torch.arange(T, device=x.device)[None, :]
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=(lag >= 0) & (lag < self.window))
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))  # (B, T, dim)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, dim)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -87,7 +87,11 @@ def plot_cache_vs_state(kv_bytes_per_token: int, state_bytes: int, contexts=CONT
             ax.set_yscale("log")
             ax.set_ylim(bottom=min(positive) / 4)  # keep the bottom (state) segment of every bar in view
         cross = kc.crossover_context(kv_bytes_per_token, state_bytes, window)
-        if cross and len(contexts) > 1 and contexts[0] <= cross <= contexts[-1]:
+        if state_bytes == 0:
+            ax.plot([], [], " ", label="no recurrent state: the cache is all the memory")
+        elif kv_bytes_per_token == 0:
+            ax.plot([], [], " ", label="no attention layer: no KV cache")
+        elif cross and len(contexts) > 1 and contexts[0] <= cross <= contexts[-1]:
             # Bars sit at evenly spaced log(context); place the marker by log-interpolation.
             logs = [math.log(t) for t in contexts]
             step = (logs[-1] - logs[0]) / (len(logs) - 1)
@@ -106,8 +110,9 @@ class CacheCalculator:
     """Sliders for a hybrid's geometry, a printed report and the stacked-bar plot.
 
     ``controls`` maps each ``cache_report`` argument to its widget; ``report`` is the latest
-    result of ``cache_report`` (or ``{"error": message}`` for an impossible setting such as an
-    offset >= period). Setting any control's ``.value`` recomputes both at once.
+    result of ``cache_report`` (or ``{"error": message}`` should a setting be impossible).
+    Setting any control's ``.value`` recomputes both at once. The offset slider only reaches
+    period - 1: lowering the period pulls a larger offset down to period - 1 first.
     """
 
     def __init__(self, show_plot: bool = True, **defaults):
@@ -128,6 +133,9 @@ class CacheCalculator:
             "state_heads": w.IntSlider(value=start["state_heads"], min=1, max=128, description="state heads"),
             "state_d_k": w.Dropdown(options=[64, 128, 256], value=start["state_d_k"], description="state d_k"),
         }
+        period, offset = self.controls["attn_period"], self.controls["attn_offset"]
+        offset.max = period.value - 1                      # clamps a starting offset >= period
+        period.observe(self._limit_offset, names="value")  # registered first: runs before the redraw
         self.output = w.Output()
         names = list(self.controls)
         self.widget = w.VBox([w.HBox([self.controls[n] for n in names[:3]]),
@@ -137,6 +145,10 @@ class CacheCalculator:
             control.observe(self.update, names="value")
         self.report: dict = {}
         self.update()
+
+    def _limit_offset(self, change) -> None:
+        """Keep the offset slider inside [0, period - 1] (ipywidgets pulls its value down)."""
+        self.controls["attn_offset"].max = change["new"] - 1
 
     def values(self) -> dict:
         """Current control values as keyword arguments of ``cache_report``."""
@@ -169,17 +181,26 @@ class CacheCalculator:
         r = self.report
         if "error" in r:
             return f"cannot size this model: {r['error']}"
-        cross = r["crossover_context"]
+        cross, n_attn, n_rec = r["crossover_context"], r["n_attention_layers"], r["n_recurrent_layers"]
+        if n_rec == 0:
+            pure = "every layer is attention: this is the all-attention model"
+            crossing = "none: without recurrent layers there is no state, the cache is all the memory"
+        elif n_attn == 0:
+            pure = (f"all-attention model: {kc.format_binary(r['pure_attention_bytes'])} "
+                    "(this model keeps no cache at all)")
+            crossing = "none: without attention layers there is no cache, the fixed state is all the memory"
+        else:
+            pure = (f"all-attention model: {kc.format_binary(r['pure_attention_bytes'])} "
+                    f"({r['saving']:.1f}x more)")
+            crossing = (f"the cache reaches the state at {cross:,} tokens" if cross is not None
+                        else "the cache never reaches the state")
         return "\n".join([
-            f"attention layers: {r['n_attention_layers']} {r['attention_layers']}; recurrent layers: "
-            f"{r['n_recurrent_layers']}",
+            f"attention layers: {n_attn} {r['attention_layers']}; recurrent layers: {n_rec}",
             f"KV cache: {kc.format_binary(r['kv_bytes_per_token'])} per token, "
             f"{kc.format_binary(r['kv_cache_bytes'])} at this context",
             f"recurrent state: {kc.format_binary(r['state_bytes'])} whatever the context",
-            f"total: {kc.format_binary(r['total_bytes'])}; all-attention model: "
-            f"{kc.format_binary(r['pure_attention_bytes'])} ({r['saving']:.1f}x more)",
-            "crossover: " + (f"the cache passes the state at {cross:,} tokens" if cross is not None
-                             else "the cache never reaches the state"),
+            f"total: {kc.format_binary(r['total_bytes'])}; {pure}",
+            f"crossover: {crossing}",
         ])
 
     def _ipython_display_(self):

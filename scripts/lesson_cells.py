@@ -10,13 +10,16 @@ Then run ``python -m autograder build`` so that lessons/ follows solutions/.
 
 What this script owns in ``solutions/<id>/<id>.ipynb``:
 - the first cell (id ``intro``): its "Open in Colab" badge line (right under the title) and its
-  ``**Time.**`` paragraph, built from LESSONS below and the timings in scripts/lesson_times.json.
+  ``**Time.**`` paragraph, built from the lesson list in autograder/course.py (title, minutes)
+  and the timings in scripts/lesson_times.json.
   The rest of that cell (what you will be able to do, assumptions, conventions) belongs to the
   lesson's author; the script only checks that those paragraphs are there.
 - the setup cell (id ``course-setup``, the second cell): SETUP_SOURCE, the same in every lesson.
 
-The GitHub repository of the course is written in one place, COURSE_REPO below; every Colab link
-(README and notebooks) and the setup cell's install command are generated from it.
+The lessons and the course's GitHub repository are written in one place, autograder/course.py
+(COURSE_REPO, set with `python -m autograder build --repo OWNER/NAME`); every Colab link (README
+and notebooks) and the setup cell's install command are generated from it. `make lessons` runs
+this script, then `build` and `demo`.
 """
 from __future__ import annotations
 
@@ -32,28 +35,11 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))          # the course module of this checkout, also when not installed
+from autograder.colab import wheel_name  # noqa: E402
+from autograder.course import BRANCH, COURSE_REPO, LESSONS, PLACEHOLDER_REPO  # noqa: E402
+
 TIMES = Path(__file__).resolve().with_name("lesson_times.json")
-
-# The course's GitHub repository as "owner/name". PLACEHOLDER until the repository is published:
-# set it here, run this script and `python -m autograder build`, and commit the result.
-COURSE_REPO = "OWNER/REPO"
-BRANCH = "main"
-
-# id -> (title for the README, minutes of reading and exercises (the author's estimate),
-#        what takes the time when every cell runs)
-LESSONS = {
-    "00_token_mixing": ("Token mixing: convolution, recurrence, attention", 60,
-                        "the recall probe (section 5, four models of 1,000 steps) and the five "
-                        "language models (section 6); section 7 lists what each run cost"),
-    "01_running_sum": ("Attention as a running sum", 75, "the decode-cost measurements and timings"),
-    "02_fixed_state_recall": ("What a fixed state cannot hold", 60, "the recall training in section 6"),
-    "03_gates_and_delta_rule": ("Gates and the delta rule", 90, "the recall-with-overwrites training"),
-    "04_hybrid_kv_cache": ("Hybrid models and their cache", 45, "nothing: no model is trained"),
-    "05_inattention": ("InAttention: attend to the initial states", 60,
-                       "the prefill memory sweep and the small language models"),
-    "06_recall_per_byte": ("Recall per byte: the capstone", 75,
-                           "training the eight designs of section 3"),
-}
 
 INTRO_ID, SETUP_ID = "intro", "course-setup"
 BADGE_IMG = "https://colab.research.google.com/assets/colab-badge.svg"
@@ -87,53 +73,82 @@ COLAB_KEEPS = ("torch", "numpy", "matplotlib", "ipywidgets")
 # import name -> pip requirement.
 SMALL_DEPS = {"tqdm": "tqdm>=4.65"}
 
-SETUP_TEMPLATE = '''# Setup, the same in every lesson: make the course library `mlexp` importable.
+# The course file a student uploads to Colab before the course is on GitHub: a wheel of mlexp,
+# written by `python -m autograder build --colab` (autograder/colab.py); any version is found.
+COURSE_FILE_GLOB = "mlexp-*.whl"
+
+SETUP_TEMPLATE = """# Setup, the same in every lesson: make the course library `mlexp` importable.
 # 1. mlexp is installed (the course's .venv, a conda env, pip install): use it.
-# 2. this notebook sits in a checkout of the course: import mlexp from that checkout.
-# 3. on Colab: install the course from GitHub with --no-deps, keeping Colab's own torch, numpy,
-#    matplotlib and ipywidgets; only small dependencies that are missing (tqdm) are added.
+# 2. a copy of the course is here: in this notebook's folder or above it, or uploaded next to it
+#    (on Colab: /content/course, or a folder in your mounted Google Drive): import mlexp from it.
+# 3. on Colab: install the course file from your instructor (mlexp-....whl, uploaded to /content
+#    or your Drive), or else the course from GitHub; both with --no-deps, keeping Colab's own
+#    torch, numpy, matplotlib and ipywidgets; only small dependencies that are missing are added.
 import importlib.util
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-COURSE_REPO = "{repo}"   # the course on GitHub (set in scripts/lesson_cells.py)
+COURSE_REPO = "{repo}"   # the course on GitHub (set by `python -m autograder build --repo`)
+COURSE_FILE = "{course_file}"   # made by `python -m autograder build --colab`
 SMALL_DEPS = {small_deps!r}   # import name -> requirement, installed only when missing
+COLAB = Path("/content")   # Colab's folder; a mounted Drive is COLAB / "drive" / "MyDrive"
 
 try:
     import mlexp
 except ImportError:
-    _root = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "mlexp" / "__init__.py").is_file()), None)
+    _places = [Path.cwd(), *Path.cwd().parents]
+    for _base in [Path.cwd(), COLAB, COLAB / "drive" / "MyDrive", COLAB / "drive" / "MyDrive" / "Colab Notebooks"]:
+        if _base.is_dir():   # the folder itself and the folders right inside it
+            _places += [_base, *sorted(p for p in _base.iterdir() if p.is_dir() and not p.name.startswith("."))]
+    _places = list(dict.fromkeys(_places))
+    _root = next((p for p in _places if (p / "mlexp" / "__init__.py").is_file()), None)
+    _files = sorted({{f for p in _places for f in p.glob(COURSE_FILE)}}, key=lambda f: f.stat().st_mtime)
+    _colab = "google.colab" in sys.modules
     if _root is not None:
         sys.path.insert(0, str(_root))
-    elif "google.colab" in sys.modules:
-        if COURSE_REPO == "OWNER/REPO":
-            raise RuntimeError("This copy of the lesson does not know the course's GitHub repository yet "
-                               "(COURSE_REPO is a placeholder). Upload the course folder to Colab instead, "
-                               "or ask your instructor for the published link.") from None
+    elif _colab and (_files or COURSE_REPO != "{placeholder}"):
+        if _files:   # the newest course file, under the name pip expects (an upload may add " (1)")
+            _course = Path(tempfile.mkdtemp()) / (re.sub(r"\\s*\\(\\d+\\)", "", _files[-1].stem) + ".whl")
+            _course.write_bytes(_files[-1].read_bytes())
+            _from = str(_files[-1])
+        else:
+            _course, _from = f"mlexp @ git+https://github.com/{{COURSE_REPO}}@{branch}", f"github.com/{{COURSE_REPO}}"
         _pip = [sys.executable, "-m", "pip", "install", "--quiet"]
         _missing = [req for name, req in SMALL_DEPS.items() if importlib.util.find_spec(name) is None]
         try:
             if _missing:
                 subprocess.run(_pip + _missing, check=True)
-            subprocess.run(_pip + ["--no-deps", f"mlexp @ git+https://github.com/{{COURSE_REPO}}@{branch}"], check=True)
+            subprocess.run(_pip + ["--no-deps", str(_course)], check=True)
         except subprocess.CalledProcessError as exc:
-            raise RuntimeError(f"Installing the course from github.com/{{COURSE_REPO}} failed ({{exc}}). "
-                               "Check that the notebook has internet access (Colab: Runtime > "
-                               "Disconnect and delete runtime, then run again).") from None
+            raise RuntimeError(f"Installing the course from {{_from}} failed ({{exc}}). Check that the "
+                               "notebook has internet access (Colab: Runtime > Disconnect and delete "
+                               "runtime, then run again).") from None
         importlib.invalidate_caches()
+    elif _colab:
+        raise RuntimeError(
+            "This lesson needs the course library `mlexp`, and Colab has no copy of it yet (the course is "
+            "not on GitHub yet). Ask your instructor for the course file {wheel_name}"
+            " (made with `python -m autograder build --colab`), then: 1. open the Files panel (the folder "
+            "icon on the left); 2. click Upload and choose the file (it lands in /content), or put it in "
+            "your Google Drive and click Mount Drive; 3. run this cell again. Uploading the whole course "
+            "folder (the one holding mlexp/) to /content/course works too.") from None
     else:
         raise ImportError(
             "This lesson needs the course library `mlexp`. In a clone of the course repository run "
-            "`make test` or `bash scripts/setup.sh` (or `pip install -e .`) and start Jupyter inside "
-            "the clone; on Colab, open the lesson from the README's 'Open in Colab' link."
-        ) from None
-    import mlexp'''
+            "`make lab` (or `pip install -e .`) and start Jupyter inside the clone; on Colab, see the "
+            "README's 'Open a lesson in Colab'."
+            + (f" A course file is here: `pip install {{_files[-1]}}` installs it." if _files else "")) from None
+    import mlexp"""
 
 
 def setup_source(repo: str = COURSE_REPO) -> str:
     """The setup cell's code for the course repository ``repo`` ("owner/name")."""
-    return SETUP_TEMPLATE.format(repo=repo, branch=BRANCH, small_deps=SMALL_DEPS)
+    return SETUP_TEMPLATE.format(repo=repo, branch=BRANCH, small_deps=SMALL_DEPS,
+                                 course_file=COURSE_FILE_GLOB, placeholder=PLACEHOLDER_REPO,
+                                 wheel_name=wheel_name(ROOT))
 
 
 SETUP_SOURCE = setup_source()
@@ -144,9 +159,9 @@ def colab_url(lesson_id: str, repo: str = COURSE_REPO) -> str:
     return f"https://colab.research.google.com/github/{repo}/blob/{BRANCH}/lessons/{lesson_id}/{lesson_id}.ipynb"
 
 
-def badge(lesson_id: str) -> str:
-    """Markdown of the "Open In Colab" badge linking to ``colab_url(lesson_id)``."""
-    return f"[![Open In Colab]({BADGE_IMG})]({colab_url(lesson_id)})"
+def badge(lesson_id: str, repo: str = COURSE_REPO) -> str:
+    """Markdown of the "Open In Colab" badge linking to ``colab_url(lesson_id, repo)``."""
+    return f"[![Open In Colab]({BADGE_IMG})]({colab_url(lesson_id, repo)})"
 
 
 def _span(cpu_seconds: float, wall_seconds: float) -> str:
@@ -164,7 +179,7 @@ def time_paragraph(lesson_id: str, times: dict, sets_threads: bool = True) -> st
     time on the shared machine, which other jobs were loading (high). ``sets_threads``: the
     lesson calls torch.set_num_threads itself (else torch's default was used).
     """
-    _, reading, heavy = LESSONS[lesson_id]
+    reading, heavy = LESSONS[lesson_id].minutes, LESSONS[lesson_id].heavy
     text = f"**Time.** About {reading} minutes of reading and exercises."
     t = times.get(lesson_id)
     if t is None:
@@ -182,7 +197,8 @@ def time_paragraph(lesson_id: str, times: dict, sets_threads: bool = True) -> st
     return text
 
 
-def rewrite_intro(source: str, lesson_id: str, times: dict, sets_threads: bool = True) -> str:
+def rewrite_intro(source: str, lesson_id: str, times: dict, sets_threads: bool = True,
+                  repo: str = COURSE_REPO) -> str:
     """Put the badge under the title and replace the **Time.** paragraph of an intro cell."""
     for needed in REQUIRED_IN_INTRO:
         if needed not in source:
@@ -193,18 +209,19 @@ def rewrite_intro(source: str, lesson_id: str, times: dict, sets_threads: bool =
     title, _, rest = source.partition("\n")
     if not title.startswith("# "):
         raise ValueError(f"{lesson_id}: the first cell must start with the lesson title ('# Lesson ...').")
-    source = f"{title}\n\n{badge(lesson_id)}\n\n{rest.lstrip(chr(10))}"
+    source = f"{title}\n\n{badge(lesson_id, repo)}\n\n{rest.lstrip(chr(10))}"
     return TIME_RE.sub(lambda _: time_paragraph(lesson_id, times, sets_threads), source, count=1)
 
 
-def apply(nb, lesson_id: str, times: dict):
-    """Rewrite the intro and setup cells of one solution notebook in place; returns ``nb``."""
+def apply(nb, lesson_id: str, times: dict, repo: str = COURSE_REPO):
+    """Rewrite the intro and setup cells of one solution notebook in place for the course
+    repository ``repo``; returns ``nb``."""
     intro = nb.cells[0]
     if intro.cell_type != "markdown":
         raise ValueError(f"{lesson_id}: the first cell must be the markdown introduction.")
     intro.id = INTRO_ID
     sets_threads = any(SET_THREADS_RE.search(c.source) for c in nb.cells if c.cell_type == "code")
-    intro.source = rewrite_intro(intro.source, lesson_id, times, sets_threads)
+    intro.source = rewrite_intro(intro.source, lesson_id, times, sets_threads, repo)
     setup = [c for c in nb.cells if c.get("id") == SETUP_ID]
     if not setup:
         # First run: insert the shared cell and take the old bootstrap out of the lesson's imports.
@@ -215,69 +232,83 @@ def apply(nb, lesson_id: str, times: dict):
                 break
         else:
             raise ValueError(f"{lesson_id}: no setup cell found (neither id '{SETUP_ID}' nor the old one).")
-        cell = nbformat.v4.new_code_cell(SETUP_SOURCE)
+        cell = nbformat.v4.new_code_cell("")
         cell.id = SETUP_ID
         nb.cells.insert(1, cell)
     elif nb.cells.index(setup[0]) != 1:
         raise ValueError(f"{lesson_id}: the cell '{SETUP_ID}' must be the second cell.")
     cell = nb.cells[1]
-    cell.source = SETUP_SOURCE
+    cell.source = setup_source(repo)
     cell.metadata = {k: v for k, v in cell.metadata.items() if k != "nbgrader"}
     cell.outputs, cell.execution_count = [], None
     return nb
 
 
-def readme_table() -> str:
+def readme_table(repo: str = COURSE_REPO) -> str:
     """The README's lesson table (between <!-- lessons --> markers): one Colab link per lesson."""
     rows = ["| Lesson | Open locally | Open in Colab |", "|---|---|---|"]
-    for lesson_id, (title, _, _) in LESSONS.items():
-        path = f"lessons/{lesson_id}/{lesson_id}.ipynb"
-        rows.append(f"| {lesson_id[:2]} {title} | [`{path}`]({path}) | {badge(lesson_id)} |")
+    for lesson in LESSONS.values():
+        path = f"lessons/{lesson.id}/{lesson.id}.ipynb"
+        rows.append(f"| {lesson.id[:2]} {lesson.title} | [`{path}`]({path}) | {badge(lesson.id, repo)} |")
     return "\n".join(rows)
 
 
-def rewrite_readme(text: str) -> str:
+def rewrite_readme(text: str, repo: str = COURSE_REPO) -> str:
     start, end = "<!-- lessons -->", "<!-- /lessons -->"
     if start not in text or end not in text:
         raise ValueError(f"README.md has no '{start}' ... '{end}' block for the lesson table.")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    return f"{head}{start}\n{readme_table()}\n{end}{tail}"
+    return f"{head}{start}\n{readme_table(repo)}\n{end}{tail}"
 
 
 def load_times() -> dict:
     return json.loads(TIMES.read_text()) if TIMES.is_file() else {}
 
 
-def run(check: bool, ids=()) -> int:
+def run(check: bool, ids=(), repo: str = COURSE_REPO, root: Path = ROOT) -> int:
     """Rewrite (or with ``check`` only compare) the solution notebooks (``ids``, default all)
-    and the README table; returns 1 when ``check`` finds a difference, else 0."""
-    times, changed = load_times(), []
+    and the README table of the course at ``root`` for the repository ``repo``; returns 1 when
+    ``check`` finds a difference, else 0.
+
+    Raises SystemExit for an unknown id, FileNotFoundError when a lesson of
+    autograder/course.py has no solution notebook, ValueError when solutions/ holds a lesson
+    that autograder/course.py does not list.
+    """
+    times, changed, root = load_times(), [], Path(root)
     unknown = set(ids) - set(LESSONS)
     if unknown:
         raise SystemExit(f"unknown lesson ids {sorted(unknown)}; known: {list(LESSONS)}")
+    stray = sorted(p.name for p in (root / "solutions").iterdir()
+                   if p.is_dir() and any(p.glob("*.ipynb")) and p.name not in LESSONS)
+    if stray:
+        raise ValueError(f"solutions/ holds {stray}, which autograder/course.py does not list: add a "
+                         "Lesson there (id, title, minutes) so that badges, times and tools know it.")
     for lesson_id in ids or LESSONS:
-        path = ROOT / "solutions" / lesson_id / f"{lesson_id}.ipynb"
+        path = root / "solutions" / lesson_id / f"{lesson_id}.ipynb"
         if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; LESSONS in {__file__} lists it.")
+            raise FileNotFoundError(f"{path} is missing; LESSONS in autograder/course.py lists it.")
         old = path.read_text()
-        nb = apply(nbformat.read(path, as_version=4), lesson_id, times)
+        nb = apply(nbformat.read(path, as_version=4), lesson_id, times, repo)
         new = nbformat.writes(nb) + "\n"
         if new != old:
             changed.append(path)
             if not check:
                 path.write_text(new)
-    readme = ROOT / "README.md"
+    readme = root / "README.md"
     old = readme.read_text()
-    new = rewrite_readme(old)
+    new = rewrite_readme(old, repo)
     if new != old:
         changed.append(readme)
         if not check:
             readme.write_text(new)
     for path in changed:
-        print(("differs: " if check else "rewrote: ") + str(path.relative_to(ROOT)))
+        print(("differs: " if check else "rewrote: ") + str(path.relative_to(root)))
+    if changed and check:
+        print("scripts/lesson_cells.py would rewrite these: run `make lessons` (or the script, then "
+              "`python -m autograder build` and `demo`).")
     if changed and not check:
-        print("Now run `python -m autograder build` (and `demo`) so that lessons/ follows.")
+        print("Now run `python -m autograder build` (and `demo`) so that lessons/ follows, or `make lessons`.")
     return 1 if check and changed else 0
 
 

@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install the course into it with the lab, grading and test extras.
-# torch is installed first only when the venv lacks it: the CPU build on a machine without an
-# NVIDIA GPU (the PyTorch CPU index; pip's own find-links serve it where that index is out of
-# reach), the default build otherwise. An existing torch is never replaced.
+# Create .venv (once) and install the course into it. One argument says how much:
+#   grade   the course with the grade extra: enough to grade, check, build and run lessons from
+#           the command line (`make grade`, `make lessons`)
+#   lab     adds the lab extra: JupyterLab, ipywidgets and nbgrader's extensions (`make lab`)
+#   test    (the default) adds the test extra too: pytest, triton, playwright (`make test`)
+# torch is installed first only when the venv lacks it: the CPU build (torch==$TORCH_VERSION, from
+# the PyTorch CPU index; pip's own find-links serve it where that index is out of reach) on a
+# machine without an NVIDIA GPU, the default build otherwise. An existing torch is never replaced.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+level=${1:-test}
+case "$level" in
+  grade) extras="grade" ;;
+  lab) extras="lab,grade" ;;
+  test) extras="lab,grade,test" ;;
+  *) echo "setup: unknown level '$level' (grade, lab or test)" >&2; exit 2 ;;
+esac
 PY=${PYTHON:-python3}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY=.venv/bin/python
-stamp=.venv/.mlexp-installed
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1; then
     "$VPY" -m pip install "torch>=2.1"
   else
     cpu=https://download.pytorch.org/whl/cpu
     # torch alone from the CPU index; its small dependencies come with the package below.
-    PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu "$VPY" -m pip install --no-deps --retries 1 --timeout 15 "torch>=2.1"
+    PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu "$VPY" -m pip install --no-deps --retries 1 --timeout 15 \
+      "torch==$TORCH_VERSION"
   fi
 fi
 # The grader runs each student's kernel in a bubblewrap sandbox (Linux). Install it where it is
@@ -28,7 +40,15 @@ if [ "$(uname -s)" = Linux ] && ! command -v bwrap >/dev/null 2>&1; then
     echo "setup: the grader needs bubblewrap: sudo apt-get install bubblewrap (or your distribution's package)" >&2
   fi
 fi
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$VPY" -m pip install -e ".[lab,grade,test]"
-  touch "$stamp"
-fi
+# One stamp per level; each level includes the ones before it (grade < lab < test). Install again
+# when pyproject.toml is newer than the stamp.
+fresh() { [ -f ".venv/.mlexp-installed-$1" ] && [ ! pyproject.toml -nt ".venv/.mlexp-installed-$1" ]; }
+case "$level" in
+  grade) fresh grade || fresh lab || fresh test ;;
+  lab) fresh lab || fresh test ;;
+  test) fresh test ;;
+esac && exit 0
+echo "setup: installing the course with the extras [$extras] into .venv (the first time takes a few minutes)"
+"$VPY" -m pip install --quiet --progress-bar off -e ".[$extras]"
+echo "setup: .venv ready for '$level' after ${SECONDS} s"
+touch ".venv/.mlexp-installed-$level"

@@ -99,6 +99,7 @@ def test_released_lesson_has_no_solution_or_hidden_test(course):
     assert "NotImplementedError" in text
 
 
+@pytest.mark.slow
 def test_each_student_gets_expected_score_and_status(graded):
     results, _ = graded
     assert sorted(results) == sorted(STUDENTS)
@@ -115,6 +116,7 @@ def test_each_student_gets_expected_score_and_status(graded):
     assert "bob_subtracts" in table and "3/6" in table
 
 
+@pytest.mark.slow
 def test_feedback_has_hints_and_no_hidden_tests(graded):
     results, out = graded
     for student, (answers, _, _, hints) in STUDENTS.items():
@@ -131,6 +133,7 @@ def test_feedback_has_hints_and_no_hidden_tests(graded):
         assert HIDDEN_MARK in autograded.read_text()
 
 
+@pytest.mark.slow
 def test_grades_csv_has_columns_and_rows(graded):
     _, out = graded
     with open(out / "grades.csv") as f:
@@ -142,6 +145,7 @@ def test_grades_csv_has_columns_and_rows(graded):
     assert float(by_student["bob_subtracts"]["test_add"]) == 0
 
 
+@pytest.mark.slow
 def test_regrading_another_class_into_the_same_out_lists_only_that_class(course, graded, tmp_path):
     out = Path(shutil.copytree(graded[1], tmp_path / "out"))   # an earlier run's output
     write_class(course, tmp_path / "cls")
@@ -172,6 +176,7 @@ def test_collect_reads_folders_and_reports_unknown(course, tmp_path):
         collect(tmp_path / "missing", [ASSIGNMENT], tmp_path / "u3")
 
 
+@pytest.mark.slow
 def test_check_reports_pass_hint_and_exit_code(course, tmp_path, capsys):
     write_class(course, tmp_path)
     solution = course / "solutions" / ASSIGNMENT / NOTEBOOK

@@ -15,9 +15,9 @@ that nbgrader's server and lab extensions are enabled and that its "Validate" bu
 "Nbgrader" menu are in the page. A screenshot of each lesson goes to
 artifacts/screenshots/<id>.png.
 
-Needs Debian's Chromium (/usr/bin/chromium, or MLEXP_CHROMIUM) and Playwright's Python package
-(`apt-get install chromium`, `pip install playwright`; Playwright's own browser download is never
-used). Without them the test skips, unless MLEXP_REQUIRE_BROWSER=1 (set by .ci/run) makes it fail.
+Needs Debian's Chromium (/usr/bin/chromium, or MLEXP_CHROMIUM; `apt-get install chromium`) and
+Playwright's Python package, which the test extra installs (`make test`); Playwright's own browser
+download is never used. Without them the test skips, unless MLEXP_REQUIRE_BROWSER=1 (set by .ci/run) makes it fail.
 """
 import json
 import os
@@ -53,7 +53,8 @@ def _require_browser():
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        missing.append("Playwright's Python package (.venv/bin/pip install playwright)")
+        missing.append("Playwright's Python package (it comes with the test extra: `make test`, "
+                       "or `.venv/bin/pip install -e '.[test]'`)")
     if missing:
         reason = "browser test needs " + " and ".join(missing)
         if os.environ.get("MLEXP_REQUIRE_BROWSER") == "1":

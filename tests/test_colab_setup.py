@@ -1,7 +1,11 @@
 """Each lesson's setup cell: static rules, and a run in a simulated Colab and in a local checkout.
 
+Colab paths covered: the course file (`python -m autograder build --colab`) uploaded to /content
+or to a Drive folder, the course folder uploaded to /content/course, the published repository,
+and the message that names the steps when none of them is there.
+
 The simulated Colab is a python started with -S (no site-packages, so no editable install of
-this checkout) in an empty folder outside the repository, whose sys.path is:
+this checkout) in a folder outside the repository standing for /content, whose sys.path is:
 a stub folder (a fake ``google.colab`` and a fake ``pip`` that records its arguments and
 "installs" from this checkout instead of the network), an empty site folder the stub installs
 into, and the course venv's site-packages seen through symlinks, without mlexp (and without
@@ -12,6 +16,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -20,6 +25,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from autograder import colab as build_colab
+from autograder.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("lesson_cells", REPO / "scripts" / "lesson_cells.py")
@@ -53,8 +61,9 @@ def test_setup_cell_follows_the_rules(kind, lesson_id):
     assert not [s for s in literals if KEEP_RE.search(s)], "the setup cell names a package Colab keeps"
     assert not [s for s in literals if s in ("-U", "--upgrade", "--force-reinstall", "--ignore-installed")]
     # The course is installed with --no-deps, in the same call as the repository URL.
-    calls = [ln for ln in cell.source.splitlines() if "git+https://github.com/" in ln]
-    assert calls and all("--no-deps" in ln for ln in calls), calls
+    calls = [ln for ln in cell.source.splitlines() if "subprocess.run(_pip" in ln]
+    assert len(calls) == 2 and "_missing" in calls[0] and "--no-deps" in calls[1], calls
+    assert 'f"mlexp @ git+https://github.com/{COURSE_REPO}@' in cell.source
     small = ast.literal_eval(re.search(r"^SMALL_DEPS = (\{.*?\})", cell.source, re.M).group(1))
     assert small and not [r for r in small.values() if KEEP_RE.search(r)], small
     # It checks with importlib before installing a small dependency.
@@ -82,7 +91,7 @@ def test_readme_and_intros_link_to_colab():
 # ---------------------------------------------------------------------------- simulated Colab
 STUB_PIP = '''
 """Fake pip: record the arguments; install the course (or a small dependency) by copying."""
-import json, os, shutil, sys
+import json, os, shutil, sys, zipfile
 from pathlib import Path
 
 args = sys.argv[1:]
@@ -93,6 +102,11 @@ for req in [a for a in args[1:] if not a.startswith("-")]:
     if req.startswith("mlexp @ git+https://github.com/"):
         for pkg in ("mlexp", "autograder"):
             shutil.copytree(repo / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    elif req.endswith(".whl"):
+        name = Path(req).name            # pip refuses a wheel whose name is not name-version-tags.whl
+        if name.count("-") != 4 or " " in name:
+            sys.exit(f"stub pip: {name} is not a valid wheel filename")
+        zipfile.ZipFile(req).extractall(site)
     elif req.split(">")[0].split("=")[0] == "tqdm":
         shutil.copytree(venv_site / "tqdm", site / "tqdm")
     else:
@@ -116,6 +130,7 @@ except Exception as exc:
     report["error"] = f"{type(exc).__name__}: {exc}"
 print("REPORT " + json.dumps(report))
 '''
+COLAB_LINE = 'COLAB = Path("/content")'
 
 
 def _venv_site() -> Path:
@@ -123,11 +138,15 @@ def _venv_site() -> Path:
 
 
 def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import_torch=False) -> tuple:
-    """Run ``source`` as the setup cell in a simulated kernel; returns (report, pip calls)."""
-    colab_stub, pip_stub, site, visible, work = (
-        tmp_path / n for n in ("colab-stub", "pip-stub", "site", "venv-site", "work"))
-    for d in (colab_stub / "google" / "colab", pip_stub / "pip", site, visible, work):
-        d.mkdir(parents=True)
+    """Run ``source`` as the setup cell in a simulated kernel; returns (report, pip calls).
+
+    Colab's folder /content is ``tmp_path/content`` (the cell's COLAB line is rewritten) and the
+    kernel starts there, as on Colab, unless ``cwd`` says otherwise.
+    """
+    colab_stub, pip_stub, site, visible, content = (
+        tmp_path / n for n in ("colab-stub", "pip-stub", "site", "venv-site", "content"))
+    for d in (colab_stub / "google" / "colab", pip_stub / "pip", site, visible, content):
+        d.mkdir(parents=True, exist_ok=True)
     (colab_stub / "google" / "__init__.py").write_text("")
     (colab_stub / "google" / "colab" / "__init__.py").write_text('"""Fake google.colab for tests."""\n')
     (pip_stub / "pip" / "__init__.py").write_text("")
@@ -137,7 +156,8 @@ def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import
     for entry in venv_site.iterdir():
         if not entry.name.startswith(hidden) and entry.suffix != ".pth":
             (visible / entry.name).symlink_to(entry)
-    (tmp_path / "cell.py").write_text(source)
+    assert source.count(COLAB_LINE) == 1, "the setup cell no longer names Colab's folder in one line"
+    (tmp_path / "cell.py").write_text(source.replace(COLAB_LINE, f"COLAB = Path({str(content)!r})"))
     (tmp_path / "runner.py").write_text(RUNNER)
     log = tmp_path / "pip.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
@@ -147,7 +167,7 @@ def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import
                SIM_COLAB="1" if colab else "0", SIM_IMPORT_TORCH="1" if import_torch else "0",
                PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run([sys.executable, "-S", str(tmp_path / "runner.py"), str(tmp_path / "cell.py")],
-                          cwd=cwd or work, env=env,
+                          cwd=cwd or content, env=env,
                           capture_output=True, text=True, timeout=120)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert lines, f"the simulated kernel crashed:\n{proc.stdout}\n{proc.stderr}"
@@ -155,53 +175,130 @@ def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import
     return json.loads(lines[-1][len("REPORT "):]), calls
 
 
+def _lesson_cell(lesson_id: str) -> str:
+    """The setup cell of the student notebook lessons/<id>/<id>.ipynb, as a student opens it."""
+    return _setup_cell("lessons", lesson_id)[1].source
+
+
 def _cell_for_a_published_repo(lesson_id: str) -> str:
     """The lesson's setup cell as it will read once COURSE_REPO is set (it is a placeholder now)."""
-    source = _setup_cell("lessons", lesson_id)[1].source
-    return source.replace('COURSE_REPO = "OWNER/REPO"', f'COURSE_REPO = "{TEST_REPO}"')
+    return lesson_cells.setup_source(TEST_REPO) if lesson_cells.COURSE_REPO == lesson_cells.PLACEHOLDER_REPO \
+        else _lesson_cell(lesson_id).replace(f'COURSE_REPO = "{lesson_cells.COURSE_REPO}"', f'COURSE_REPO = "{TEST_REPO}"')
+
+
+def _unpublished_cell(lesson_id: str) -> str:
+    """The lesson's setup cell before the course is on GitHub (the placeholder repository)."""
+    return _lesson_cell(lesson_id).replace(f'COURSE_REPO = "{lesson_cells.COURSE_REPO}"',
+                                           f'COURSE_REPO = "{lesson_cells.PLACEHOLDER_REPO}"')
+
+
+@pytest.fixture(scope="module")
+def course_file(tmp_path_factory):
+    """The file `python -m autograder build --colab` writes for students to upload."""
+    out = tmp_path_factory.mktemp("dist")
+    assert main(["--course", str(REPO), "build", "--colab", str(out)]) == 0
+    [wheel] = out.glob("*.whl")
+    assert wheel.name == build_colab.wheel_name(REPO)
+    return wheel
 
 
 def _assert_nothing_kept_was_installed(calls):
     for args in calls:
         assert args[0] == "install", args
-        assert not [a for a in args if KEEP_RE.search(a)], f"pip was asked to install a package Colab keeps: {args}"
+        assert not [a for a in args if KEEP_RE.search(Path(a).name)], f"pip was asked to install a package Colab keeps: {args}"
         assert not {"-U", "--upgrade", "--force-reinstall"} & set(args), args
 
 
-@pytest.mark.parametrize("lesson_id", LESSON_IDS)
-def test_setup_cell_on_simulated_colab(tmp_path, lesson_id):
-    report, calls = _simulate(tmp_path, _cell_for_a_published_repo(lesson_id), import_torch=lesson_id == LESSON_IDS[0])
+def _assert_imported_from(report, folder: Path):
     assert report["mlexp_before"] is False, "the simulation leaked the checkout's mlexp"
     assert "error" not in report, report
-    assert Path(report["mlexp_file"]).is_relative_to(tmp_path / "site"), report
+    assert Path(report["mlexp_file"]).is_relative_to(folder), report
+
+
+@pytest.mark.parametrize("lesson_id", [LESSON_IDS[0], LESSON_IDS[-1]])
+def test_published_repo_on_simulated_colab(tmp_path, lesson_id):
+    report, calls = _simulate(tmp_path, _cell_for_a_published_repo(lesson_id), import_torch=lesson_id == LESSON_IDS[0])
+    _assert_imported_from(report, tmp_path / "site")
     _assert_nothing_kept_was_installed(calls)
     assert calls == [["install", "--quiet", "--no-deps", f"mlexp @ git+https://github.com/{TEST_REPO}@main"]]
     for name, path in report.get("kept", {}).items():   # torch & co come from where they were
         assert Path(path).resolve().is_relative_to(_venv_site().resolve()), (name, path)
 
 
-def test_setup_cell_adds_only_missing_small_deps(tmp_path):
+# Every lesson has the same setup cell (test_setup_cell_follows_the_rules), so each path is run
+# from two lessons: the first (which also imports torch & co.) and the last.
+@pytest.mark.parametrize("lesson_id", [LESSON_IDS[0], LESSON_IDS[-1]])
+def test_uploaded_course_file_on_simulated_colab(tmp_path, lesson_id, course_file):
+    """Before the course is on GitHub: the student uploads the course file to /content."""
+    (tmp_path / "content").mkdir()
+    shutil.copy(course_file, tmp_path / "content" / course_file.name)
+    report, calls = _simulate(tmp_path, _unpublished_cell(lesson_id), import_torch=lesson_id == LESSON_IDS[0])
+    _assert_imported_from(report, tmp_path / "site")
+    _assert_nothing_kept_was_installed(calls)
+    [call] = calls
+    assert call[:3] == ["install", "--quiet", "--no-deps"] and Path(call[3]).name == course_file.name, call
+    for name, path in report.get("kept", {}).items():
+        assert Path(path).resolve().is_relative_to(_venv_site().resolve()), (name, path)
+
+
+@pytest.mark.parametrize("where", ["drive/MyDrive/ML course", "drive/MyDrive/Colab Notebooks", "drive/MyDrive"])
+def test_course_file_in_drive_uploaded_twice(tmp_path, where, course_file):
+    """In a mounted Drive folder, uploaded a second time (Colab and Drive add " (1)" to the name)."""
+    folder = tmp_path / "content" / where
+    folder.mkdir(parents=True)
+    shutil.copy(course_file, folder / course_file.name.replace(".whl", " (1).whl"))
+    report, calls = _simulate(tmp_path, _unpublished_cell("01_running_sum"))
+    _assert_imported_from(report, tmp_path / "site")
+    [call] = calls
+    assert Path(call[-1]).name == course_file.name, call     # pip gets the name it accepts
+
+
+@pytest.mark.parametrize("lesson_id", [LESSON_IDS[0], LESSON_IDS[-1]])
+def test_course_folder_uploaded_to_a_subfolder(tmp_path, lesson_id):
+    """The whole course folder uploaded to /content/course; the notebook opened from anywhere."""
+    course = tmp_path / "content" / "course"
+    shutil.copytree(REPO / "mlexp", course / "mlexp", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "lessons" / lesson_id, course / "lessons" / lesson_id)
+    report, calls = _simulate(tmp_path, _unpublished_cell(lesson_id))
+    _assert_imported_from(report, course / "mlexp")
+    assert calls == []
+
+
+def test_setup_cell_adds_only_missing_small_deps(tmp_path, course_file):
     report, calls = _simulate(tmp_path, _cell_for_a_published_repo(LESSON_IDS[1]), hide=("tqdm",), import_torch=True)
     assert "error" not in report, report
     _assert_nothing_kept_was_installed(calls)
     assert [a for a in calls[0] if not a.startswith("-")] == ["install", "tqdm>=4.65"]
     assert "--no-deps" in calls[1] and len(calls) == 2
     assert Path(report["kept"]["tqdm"]).is_relative_to(tmp_path / "site")
+    (tmp_path / "file" / "content").mkdir(parents=True)                    # the same with the course file
+    shutil.copy(course_file, tmp_path / "file" / "content" / course_file.name)
+    report, calls = _simulate(tmp_path / "file", _unpublished_cell(LESSON_IDS[1]), hide=("tqdm",))
+    assert [a for a in calls[0] if not a.startswith("-")] == ["install", "tqdm>=4.65"] and len(calls) == 2
 
 
 def test_setup_cell_uses_a_checkout_above_the_notebook(tmp_path):
-    report, calls = _simulate(tmp_path, _setup_cell("lessons", "01_running_sum")[1].source, colab=False,
+    report, calls = _simulate(tmp_path, _lesson_cell("01_running_sum"), colab=False,
                               cwd=REPO / "lessons" / "01_running_sum")
     assert "error" not in report, report
     assert calls == [] and Path(report["mlexp_file"]).is_relative_to(REPO / "mlexp")
 
 
-def test_setup_cell_explains_what_to_do_elsewhere(tmp_path):
-    report, calls = _simulate(tmp_path, _setup_cell("lessons", "01_running_sum")[1].source, colab=False)
+def test_setup_cell_explains_what_to_do(tmp_path, course_file):
+    # Outside Colab, with nothing: how to set up a checkout.
+    report, calls = _simulate(tmp_path / "local", _lesson_cell("01_running_sum"), colab=False)
     assert calls == [] and report["error"].startswith("ImportError: This lesson needs the course library")
-    if lesson_cells.COURSE_REPO == "OWNER/REPO":
-        report, calls = _simulate(tmp_path / "colab", _setup_cell("lessons", "01_running_sum")[1].source)
-        assert calls == [] and "COURSE_REPO is a placeholder" in report["error"]
+    # On Colab before the course is published, with nothing uploaded: the exact steps.
+    report, calls = _simulate(tmp_path / "colab", _unpublished_cell("01_running_sum"))
+    assert calls == [], calls
+    for step in ("python -m autograder build --colab", "Files panel", "Upload", "/content",
+                 "Mount Drive", "run this cell again", "/content/course", course_file.name):
+        assert step in report["error"], (step, report["error"])
+    # Outside Colab, with the course file next to the notebook: it is named, not installed.
+    (tmp_path / "file" / "content").mkdir(parents=True)
+    shutil.copy(course_file, tmp_path / "file" / "content" / course_file.name)
+    report, calls = _simulate(tmp_path / "file", _lesson_cell("01_running_sum"), colab=False)
+    assert calls == [] and f"pip install {tmp_path / 'file' / 'content' / course_file.name}" in report["error"]
 
 
 # ---------------------------------------------------------------------------- widgets

@@ -27,6 +27,7 @@ from autograder.collect import DATA_FILE_BYTES, LINK, choose_notebook, collect
 from autograder.config import FEEDBACK_PREPROCESSORS
 from autograder.demo import student_notebook
 from autograder.grade import Result, _prepare, format_table, grade_class, write_csv
+from autograder.options import GradingOptions
 from autograder.ids import (FORMULA_PREFIXES, folder_name, internal_id, internal_ids, printable,
                             spreadsheet_safe)
 from autograder.repair import SubmissionRejected, read_notebook_text
@@ -109,9 +110,8 @@ def _exporter():
     from nbconvert import HTMLExporter
     from traitlets.config import Config
     fg = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
-    c = Config()
-    c.HTMLExporter.template_name = "feedback"
-    c.HTMLExporter.extra_template_basedirs = [str(fg / "templates")]
+    from autograder.config import use_feedback_template
+    c = use_feedback_template(Config())     # the grader's own feedback template
     c.HTMLExporter.extra_template_paths = [str(fg / "static/node_modules/bootstrap/dist/css")]
     ex = HTMLExporter(config=c)
     for dotted in FEEDBACK_PREPROCESSORS:   # registered as nbgrader's converters do
@@ -686,7 +686,7 @@ def hostile_zip_batch(course, good, tmp_path_factory):
     corrupt_entry(zpath, f"{w}/corrupt_nb/{ASSIGNMENT}/{NOTEBOOK}")
     corrupt_entry(zpath, f"{w}/corrupt_data/{ASSIGNMENT}/table.csv")
     out = tmp / "out"
-    results = grade_class(course, zpath, out, timeout=30, progress=False, jobs=2)
+    results = grade_class(course, zpath, out, options=GradingOptions(cell_timeout=30), progress=False, jobs=2)
     return {r.student: r for r in results}, out, zpath
 
 
@@ -754,7 +754,7 @@ def test_feedback_of_a_hostile_notebook_runs_no_script(hostile_zip_batch):
 def test_rerun_of_the_batch_reuses_every_result(hostile_zip_batch, course):
     results, out, zpath = hostile_zip_batch
     before = (out / "grades.csv").read_text()
-    again = grade_class(course, zpath, out, timeout=30, progress=False, jobs=2)
+    again = grade_class(course, zpath, out, options=GradingOptions(cell_timeout=30), progress=False, jobs=2)
     assert all(r.reused for r in again) and len(again) == len(results)
     assert (out / "grades.csv").read_text() == before
 
@@ -771,7 +771,7 @@ def test_links_in_a_class_folder_are_refused_while_the_rest_grades(course, good,
     (cls / "bob" / ASSIGNMENT / NOTEBOOK).symlink_to(course / "solutions" / ASSIGNMENT / NOTEBOOK)
     (cls / "cat").mkdir()
     (cls / "cat" / ASSIGNMENT).symlink_to(course / "solutions" / ASSIGNMENT)
-    results = {r.student: r for r in grade_class(course, cls, tmp_path / "out", timeout=30,
+    results = {r.student: r for r in grade_class(course, cls, tmp_path / "out", options=GradingOptions(cell_timeout=30),
                                                  progress=False, jobs=2)}
     assert (results["ann"].score, results["ann"].status) == (6, "graded")
     assert (results["big_data"].score, results["big_data"].status) == (6, "graded")
@@ -790,7 +790,7 @@ def test_a_canvas_export_grades(course, good, tmp_path):
         "leeamy_late_9_11_toy-1.ipynb": ((2026, 3, 1, 10, 0, 0), good),
     })
     out = tmp_path / "out"
-    results = {r.student: r for r in grade_class(course, zpath, out, timeout=30, progress=False,
+    results = {r.student: r for r in grade_class(course, zpath, out, options=GradingOptions(cell_timeout=30), progress=False,
                                                  jobs=2)}
     assert {s: (r.score, r.status) for s, r in results.items()} == {
         "smithann_12345": (6, "graded"), "doejohn_222": (0, "graded"), "leeamy_9": (6, "graded")}

@@ -1,6 +1,7 @@
 """Tests for mlexp.mixers: shapes, causality, backward, and agreement of the ops' implementations."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mlexp import mixers
 from mlexp.mixers import DecayLinearAttention, DeltaNet, GatedDeltaNet, LinearAttention, retnet_gammas
@@ -10,6 +11,7 @@ MAKERS = {
     "decay_fixed": lambda **kw: DecayLinearAttention(32, n_heads=4, decay="fixed", **kw),
     "decay_data": lambda **kw: DecayLinearAttention(32, n_heads=4, decay="data", **kw),
     "delta": lambda **kw: DeltaNet(32, n_heads=4, **kw),
+    "delta_additive": lambda **kw: DeltaNet(32, n_heads=4, rule="additive", **kw),
     "gated_delta": lambda **kw: GatedDeltaNet(32, n_heads=2, head_dim=12, **kw),
 }
 
@@ -62,11 +64,32 @@ def test_data_decay_starts_at_retnet_gammas():
     torch.testing.assert_close(alpha[0, :, 0], retnet_gammas(4).float())
 
 
+def test_additive_rule_only_changes_the_write():
+    """DeltaNet(rule="additive") is DeltaNet with S_t = S_{t-1} + beta_t k_t v_t^T: with the same
+    weights it matches that write done by hand, and differs from the delta rule's output."""
+    torch.manual_seed(0)
+    delta, additive = DeltaNet(8, n_heads=1).double(), DeltaNet(8, n_heads=1, rule="additive").double()
+    additive.load_state_dict(delta.state_dict())
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    q, k, v = (F.normalize(t, dim=-1) if i < 2 else t for i, t in enumerate(additive._qkv(x)))
+    beta = torch.sigmoid(additive.beta_proj(x))[0, :, 0]                       # (T,)
+    S, reads = torch.zeros(8, 8, dtype=torch.float64), []
+    for t in range(6):                                                        # the write, by hand
+        S = S + beta[t] * torch.outer(k[0, 0, t], v[0, 0, t])
+        reads.append(q[0, 0, t] @ S)
+    o = torch.stack(reads)[None, None]
+    expected = additive._merge(o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + 1e-6))
+    torch.testing.assert_close(additive(x), expected, rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(additive(x), delta(x))
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="head_dim"):
         DeltaNet(30, n_heads=4)
     with pytest.raises(ValueError, match="decay"):
         DecayLinearAttention(32, n_heads=4, decay="sometimes")
+    with pytest.raises(ValueError, match="rule"):
+        DeltaNet(32, n_heads=4, rule="hebbian")
     with pytest.raises(ValueError, match=r"\(B, T, 32\)"):
         DeltaNet(32, n_heads=4)(torch.randn(2, 5, 16))
 

@@ -178,7 +178,7 @@ _TRITON_SCRIPT = textwrap.dedent("""
             o2, S2 = fn(q, k, v, beta, *extra, initial_state=S0, impl="triton", chunk_size=C)
             errs[f"{name} T={T} o"] = rel(o2, o1)
             errs[f"{name} T={T} S"] = rel(S2, S1)
-    # backward: recomputed through the chunkwise path, so it must equal the chunk path's grads
+    # backward: the Triton backward kernels must give the chunk path's gradients
     leaves = [torch.randn(*s, requires_grad=True) for s in [(1, 2, 20, 16)] * 2 + [(1, 2, 20, 16), (1, 2, 20),
               (1, 2, 20), (1, 2, 16, 16)]]
     grads = []

@@ -107,6 +107,7 @@ def test_accuracy_by_distance_on_a_hand_made_case():
         accuracy_by_distance(predictions[:, :2], targets, distances)
 
 
+@pytest.mark.slow
 def test_a_tiny_attention_model_learns_four_pairs():
     torch.manual_seed(0)
     task = RecallTask("mqar", 4, n_keys=16, n_values=16)          # chance: 1/16

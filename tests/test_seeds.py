@@ -100,3 +100,14 @@ def test_parse_keys_with_a_slash():
     r = parse_result_line("RESULT forms_time_ms T=2048 chunk=8.67 recurrent/chunk=21.4x")
     assert r.numbers == {"T": 2048.0, "chunk": 8.67, "recurrent/chunk": 21.4}
     assert r.units["recurrent/chunk"] == "x"
+
+
+def test_the_runner_moved_to_the_command_line_side_and_the_old_command_still_works(capsys):
+    """`python -m mlexp.seeds` (used to write the committed seeds.md tables) runs autograder.seeds."""
+    from autograder import seeds as runner
+    with pytest.raises(SystemExit) as exit_:
+        seeds.main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m mlexp.seeds") and "--seeds" in out and "--course" in out
+    assert not hasattr(seeds, "run_notebook") and callable(runner.run_notebook)

@@ -71,10 +71,46 @@ def test_calculator_builds_headless_and_updates_on_slider_change():
     calc.controls["attn_offset"].value = 3
     assert calc.report["attention_layers"] == list(range(3, 32, 4))
     assert "attention layers: 8" in calc.summary()
-    calc.controls["attn_offset"].value = 7                     # offset >= period: message, no crash
-    assert "offset" in calc.report["error"] and calc.summary().startswith("cannot size")
+    calc.controls["attn_offset"].value = 7                     # beyond the period: held at period - 1
+    assert calc.controls["attn_offset"].value == 3 and "error" not in calc.report
     calc.controls["attn_offset"].value = 1
-    assert "error" not in calc.report
+    assert calc.report["attention_layers"] == list(range(1, 32, 4))
+
+
+def test_every_slider_position_gives_a_sensible_report():
+    """Issue 14 item 16: period 1 with the offset at 4, a model without attention or without
+    recurrent layers: always a report, never '0 tokens' or '1.0x more'."""
+    pytest.importorskip("ipywidgets")
+    calc = cache_calculator(show_plot=False)
+    seen = set()
+    for n_layers in (1, 3, 8, 32):
+        calc.controls["n_layers"].value = n_layers
+        for period in (8, 1, 2, 5, 16, 3):
+            calc.controls["attn_period"].value = period
+            assert calc.controls["attn_offset"].max == period - 1
+            for offset in range(16):
+                calc.controls["attn_offset"].value = offset
+                assert calc.controls["attn_offset"].value == min(offset, period - 1)
+                r, text = calc.report, calc.summary()
+                assert "error" not in r, (n_layers, period, offset, r)
+                assert r["attention_layers"] == [i for i in range(n_layers) if i % period == min(offset, period - 1)]
+                assert " 0 tokens" not in text and "1.0x more" not in text and "nan" not in text, text
+                seen.add((r["n_attention_layers"] > 0, r["n_recurrent_layers"] > 0))
+    assert seen == {(True, True), (True, False), (False, True)}
+    calc.controls["n_layers"].value, calc.controls["attn_period"].value = 8, 1
+    assert "every layer is attention" in calc.summary() and "no state" in calc.summary()
+    calc.controls["n_layers"].value, calc.controls["attn_period"].value = 3, 8
+    calc.controls["attn_offset"].value = 5
+    assert "no cache" in calc.summary()
+
+
+def test_plot_without_state_or_without_cache_says_so():
+    ax = plot_cache_vs_state(16 * kc.KiB, 0)
+    assert any("no recurrent state" in label for label in ax.get_legend_handles_labels()[1])
+    plt.close(ax.figure)
+    ax = plot_cache_vs_state(0, 36 * kc.MiB)
+    assert any("no KV cache" in label for label in ax.get_legend_handles_labels()[1])
+    plt.close(ax.figure)
 
 
 def test_calculator_draws_its_plot():

@@ -2,7 +2,8 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import check_chunk_size, check_qkv, check_state, compute_dtype, resolve_impl
+from ._common import (check_chunk_size, check_qkv, check_state, compute_dtype, empty_output, finite_guard,
+                      matmul_add, resolve_impl, scan_states)
 
 __all__ = ["linear_attention"]
 
@@ -17,7 +18,8 @@ def linear_attention(q, k, v, *, normalize=False, initial_state=None, impl=None,
 
     Args:
         q, k: (B, H, T, Dk) queries and keys; v: (B, H, T, Dv) values. One floating dtype and
-            one device for all three. float16/bfloat16 inputs are computed in float32.
+            one device for all three. float16/bfloat16 inputs accumulate in float32 (the PyTorch
+            paths compute in float32; the Triton kernels multiply 16-bit operands as such).
         normalize: divide by q . z as above (z accumulated in float32, or float64 for float64).
         initial_state: the state before token 0, same form as the returned state: S of shape
             (B, H, Dk, Dv), or the tuple (S, z) with z (B, H, Dk) when ``normalize``. None = zeros.
@@ -36,22 +38,40 @@ def linear_attention(q, k, v, *, normalize=False, initial_state=None, impl=None,
 
     Raises:
         ValueError: wrong shapes, dtypes or devices (messages say which argument), a bad
-            ``impl`` or ``chunk_size``, or "triton" requested where it cannot run.
+            ``impl`` or ``chunk_size``, or "triton" requested where it cannot run (no triton,
+            a CPU tensor without TRITON_INTERPRET=1, float64 inputs).
+
+    Non-finite inputs: a NaN or +-inf in q spoils only that token's output; one in k, v
+        spoils that token's output, every later output of its batch and head, and the final
+        state (all NaN), and nothing before it, on every path (see _common.finite_guard).
+
+    Example (keys (1, 0) and (0, 1): each query reads the value written under its key):
+
+        >>> import torch
+        >>> q = k = torch.eye(2).view(1, 1, 2, 2)
+        >>> v = torch.tensor([[[[1.0, 2.0], [3.0, 4.0]]]])
+        >>> o, S = linear_attention(q, k, v)
+        >>> o[0, 0].tolist(), S[0, 0].tolist()
+        ([[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [3.0, 4.0]])
     """
     B, H, T, Dk, Dv = check_qkv(q, k, v)
     check_chunk_size(chunk_size)
-    impl = resolve_impl(impl, q.device)
+    impl = resolve_impl(impl, q.device, q.dtype)
     acc = compute_dtype(q.dtype)
     S0, z0 = _initial_state(initial_state, normalize, (B, H, Dk, Dv), q, acc)
+    if B * H * T == 0:                                          # empty in, empty out; the state passes through
+        return empty_output(v, q, k), ((S0, z0) if normalize else S0)
     if scale is not None:
         q = q * scale
     if impl == "triton":
         from .triton_linear import triton_linear_attention
         o, S, z = triton_linear_attention(q, k, v, S0, z0, normalize=normalize, eps=eps, chunk_size=chunk_size)
+    elif impl == "recurrent":
+        o, S, z = _recurrent(q.to(acc), k.to(acc), v.to(acc), S0, z0, eps)
     else:
-        fn = {"recurrent": _recurrent, "parallel": _parallel, "chunk": _chunk}[impl]
-        qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
-        o, S, z = fn(qa, ka, va, S0, z0, eps, chunk_size) if impl == "chunk" else fn(qa, ka, va, S0, z0, eps)
+        path = (lambda q, k, v, *_: _parallel(q, k, v, S0, z0, eps)) if impl == "parallel" else \
+               (lambda q, k, v, *_: _chunk(q, k, v, S0, z0, eps, chunk_size))
+        o, S, z = finite_guard(path, q.to(acc), k.to(acc), v.to(acc))
     return o.to(v.dtype), ((S, z) if normalize else S)
 
 
@@ -89,7 +109,7 @@ def _recurrent(q, k, v, S, z, eps):
 
 def _parallel(q, k, v, S0, z0, eps):
     """All T outputs at once through the masked T x T score matrix (quadratic in T)."""
-    A = (q @ k.transpose(-1, -2)).tril()                       # (B, H, T, Dk) x (B, H, Dk, T) -> (B, H, T, T)
+    A = (q @ k.transpose(-1, -2)).tril_()                      # (B, H, T, Dk) x (B, H, Dk, T) -> (B, H, T, T)
     o = A @ v + q @ S0                                          # (B, H, T, Dv)
     S = S0 + k.transpose(-1, -2) @ v                            # (B, H, Dk, Dv)
     z = None
@@ -113,14 +133,10 @@ def _chunk(q, k, v, S0, z0, eps, C):
     pad = N * C - T                                             # zero tokens add nothing to S or z
     q, k, v = (F.pad(x, (0, 0, 0, pad)) if pad else x for x in (q, k, v))
     q, k, v = (x.reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v))
-    A = (q @ k.transpose(-1, -2)).tril()                       # (B, H, N, C, Dk) x (.., Dk, C) -> (B, H, N, C, C)
+    A = (q @ k.transpose(-1, -2)).tril_()                      # (B, H, N, C, Dk) x (.., Dk, C) -> (B, H, N, C, C)
     kv = k.transpose(-1, -2) @ v                                # each block's write: (B, H, N, Dk, Dv)
-    S, S_prev = S0, []
-    for n in range(N):                                          # (a loop beats kv.cumsum(2) on CPU)
-        S_prev.append(S)
-        S = S + kv[:, :, n]
-    S_prev = torch.stack(S_prev, dim=2)                         # state entering each block: (B, H, N, Dk, Dv)
-    o = A @ v + q @ S_prev                                      # (B, H, N, C, Dv)
+    S_prev, S = scan_states(S0, kv)                             # state entering each block: (B, H, N, Dk, Dv)
+    o = matmul_add(q @ S_prev, A, v)                            # (B, H, N, C, Dv)
     z = None
     if z0 is not None:
         z_after = z0[:, :, None] + k.sum(3).cumsum(dim=2)      # normaliser after each block: (B, H, N, Dk)

@@ -253,7 +253,7 @@ import subprocess
 STARTED = []
 try:
     for _ in range(200):
-        STARTED.append(subprocess.Popen(['sleep', '600']))
+        STARTED.append(subprocess.Popen(['sh', '-c', 'sleep 600; :', '{marker}']))
 except OSError:
     pass
 print('started', len(STARTED), 'processes')
@@ -403,7 +403,7 @@ def toy_cases(lesson, probe=PROBE) -> dict:
         **right, "mul": WRITE_ELSEWHERE.format(**probe) + MUL_SOLUTION})}
     files["knocks_on_sockets"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {
         **right, "mul": KNOCK.format(**probe)})}
-    files["forks_many"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {**right, "mul": FORKS})}
+    files["forks_many"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {**right, "mul": FORKS.format(**probe)})}
     files["floods_output"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(lesson, {**right, "mul": FLOOD})}
     nb = copy.deepcopy(good)
     nb.cells[_index(nb, "test_add")].metadata["nbgrader"]["points"] = 100

@@ -1,0 +1,216 @@
+"""Grade a notebook's exercises in this process, without a kernel: a second per demo student.
+
+The real grader (autograder.harness) runs a submission's cells in a sandboxed kernel and each
+graded test cell in the trusted harness, which reaches the student's names through
+``mlexp.grading``'s wire format. This module keeps the second half exactly (the same
+``harness.run_test`` in a fresh ``StudentNamespace``, the same encode/decode of every value and
+every call of a student function) and replaces the kernel by a plain namespace in this process,
+so a course author can check in seconds what each catalogued demo student is told
+(``python -m autograder demo --check-hints``). It is a check of the course, not a grader: student
+code runs here unsandboxed, so use it only on answers you wrote yourself.
+
+Only the cells the exercises need are run: the two setup cells, every answer cell, every test
+cell, and, transitively, each earlier lesson cell that binds a name one of those reads (so a
+lesson's training runs and timing loops are skipped unless a test reads what they compute).
+Experiments run at grading size (NBGRADER_EXECUTION=autograde), as under the grader.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import symtable
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from mlexp import grading
+
+from .harness import KernelLink, is_test_cell, run_test
+from .options import GradingOptions
+
+__all__ = ["Outcome", "needed_cells", "run_exercises"]
+
+CELL_LIMIT_S = 60        # a lesson or answer cell that runs longer is stopped (an endless loop)
+
+
+@dataclass
+class Outcome:
+    """One test cell's verdict: passed, and the error it raised ("" when it passed)."""
+    passed: bool
+    error: str = ""
+    points: float = 0.0
+
+
+def _meta(cell) -> dict:
+    return cell.metadata.get("nbgrader", {}) if cell.cell_type == "code" else {}
+
+
+def _code(source: str) -> str:
+    """A cell's Python: IPython magics and shell lines (``%``, ``!``) dropped."""
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
+
+
+def _names(source: str) -> tuple:
+    """(names the cell binds at top level, names it reads as globals anywhere, functions included)."""
+    try:
+        table = symtable.symtable(_code(source), "cell", "exec")
+    except SyntaxError:
+        return set(), set()
+    bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+    read, todo = set(), [table]
+    while todo:
+        scope = todo.pop()
+        top = scope is table
+        read |= {s.get_name() for s in scope.get_symbols()
+                 if s.is_referenced() and (top or s.is_global())}
+        todo += scope.get_children()
+    return bound, read - set(vars(builtins))
+
+
+def needed_cells(nb) -> list:
+    """Indices of the code cells the graded tests depend on, in notebook order (see module doc)."""
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    names = {i: _names(nb.cells[i].source) for i in code}
+    needed = set(code[:2]) | {i for i in code if _meta(nb.cells[i]).get("solution")
+                              or is_test_cell(nb.cells[i])}
+    todo = sorted(needed)
+    while todo:
+        i = todo.pop()
+        for j in code:
+            if j < i and j not in needed and names[j][0] & names[i][1]:
+                needed.add(j)
+                todo.append(j)
+    return sorted(needed)
+
+
+class _Client:
+    """What run_test needs of the harness's notebook client: where request output would go."""
+
+    def __init__(self):
+        self.request_stdout = []
+
+
+class LocalLink(KernelLink):
+    """KernelLink whose "kernel" is the namespace ``ns`` in this process: each request is
+    answered by mlexp.grading's own kernel-side handlers, through a JSON round trip as on the
+    wire."""
+
+    def __init__(self, ns: dict):
+        super().__init__(_Client())
+        self.ns = ns
+
+    def request(self, req: dict, what: str) -> dict:
+        req = json.loads(json.dumps(req, allow_nan=True))
+        saved = grading._user_ns
+        grading._user_ns = lambda: self.ns
+        try:
+            reply = grading._OPS[req["op"]](req)
+        except Exception as exc:   # a failure of the handler itself, as kernel_request reports it
+            reply = grading._exception(exc)
+        finally:
+            grading._user_ns = saved
+        return json.loads(json.dumps(reply, allow_nan=True))
+
+
+class _CellTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _limit(seconds):
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def ring(*_):
+        raise _CellTimeout(f"ran longer than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def _lesson_run(folder: Path):
+    """Run in a scratch copy of the lesson folder at grading size; put back what cells change
+    in this process (working folder, NBGRADER_EXECUTION, torch threads, open figures)."""
+    import torch
+    cwd, env = os.getcwd(), os.environ.get("NBGRADER_EXECUTION")
+    threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory(prefix="autograder-dryrun-") as tmp:
+        work = Path(tmp) / "lesson"
+        shutil.copytree(folder, work, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+        os.chdir(work)
+        os.environ["NBGRADER_EXECUTION"] = "autograde"
+        try:
+            yield
+        finally:
+            os.chdir(cwd)
+            if env is None:
+                os.environ.pop("NBGRADER_EXECUTION", None)
+            else:
+                os.environ["NBGRADER_EXECUTION"] = env
+            torch.set_num_threads(threads)
+            if "matplotlib.pyplot" in sys.modules:
+                sys.modules["matplotlib.pyplot"].close("all")
+
+
+def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions = None) -> dict:
+    """Run ``student_nb``'s needed cells in a fresh namespace here and each graded test cell of
+    ``source_nb`` (the instructor's version, hidden tests included) as the harness runs it.
+
+    folder: the lesson's folder (its data files are copied next to the run). Returns
+    {grade_id: Outcome} for every graded test cell of ``source_nb``; a test cell missing from
+    the student's notebook is run in its place, as the grader's repair puts it back.
+    """
+    options = options or GradingOptions()
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    tests = {_meta(c)["grade_id"]: c for c in source_nb.cells if is_test_cell(c)}
+    nb = nbformat.from_dict(json.loads(json.dumps(student_nb)))     # a copy: outputs are set
+    for cell in nb.cells:                                           # tests come from the source
+        gid = _meta(cell).get("grade_id")
+        if gid in tests:
+            cell.source = tests[gid].source
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    link = LocalLink(ns)
+    outcomes = {}
+
+    def test(cell, gid):
+        run_test(cell, link, options, options.cell_timeout)
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+        outcomes[gid] = Outcome(not errors, f"{errors[0].ename}: {errors[0].evalue}" if errors else "",
+                                float(_meta(tests[gid]).get("points", 0)))
+
+    grading._REFS.clear()      # the kernel-side tables of mlexp.grading: a fresh "kernel" per run
+    grading._GRAPHS.clear()
+    with _lesson_run(Path(folder)):
+        for i in needed_cells(nb):
+            cell = nb.cells[i]
+            gid = _meta(cell).get("grade_id")
+            if gid in tests:
+                test(cell, gid)
+                continue
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                        _limit(CELL_LIMIT_S):
+                    exec(compile(_code(cell.source), f"<cell {i}>", "exec"), ns)
+            except Exception:   # as in the notebook: the cell failed, the next ones still run
+                pass
+        for gid in tests.keys() - outcomes.keys():
+            test(nbformat.from_dict(json.loads(json.dumps(tests[gid]))), gid)
+    grading._REFS.clear()
+    grading._GRAPHS.clear()
+    return outcomes

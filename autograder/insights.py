@@ -1,0 +1,214 @@
+"""What the class got wrong: per student, lesson and exercise, the points and the mistake made.
+
+Read from a grading output folder DIR (nothing is regraded): the class list ``DIR/class.json``
+that ``grade`` writes, the journal ``DIR/results/``, the released lessons and the autograded and
+submitted notebooks in ``DIR/work/``, and each lesson's mistake catalogue
+(``solutions/<id>/mistakes.json``, autograder.mistakes). Written from it: ``DIR/insights.csv``
+(one row per student, lesson and exercise), the ``hints`` column of ``DIR/grades.csv`` and one
+``DIR/grades-<lesson>.csv`` per lesson.
+"""
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from . import ids
+from .journal import atomic_write, load_result
+from .mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, is_test_cell,
+                       load_mistakes, match_mistake)
+
+__all__ = ["MANIFEST", "INSIGHT_COLUMNS", "Exercise", "Lesson", "Insight", "ClassData",
+           "write_manifest", "load_class", "write_insights_csv", "write_lesson_csvs"]
+
+MANIFEST = "class.json"
+INSIGHT_COLUMNS = ["student_id", "assignment", "exercise", "title", "points", "max_points",
+                   "mistake", "hint"]
+
+
+@dataclass
+class Exercise:
+    """One autograded test cell of a lesson."""
+    grade_id: str
+    title: str
+    points: float
+
+
+@dataclass
+class Lesson:
+    """A lesson as released: its exercises, mistake catalogue and answer cells."""
+    assignment: str
+    notebooks: list                 # notebook file names
+    exercises: list                 # [Exercise] in notebook order
+    mistakes: dict                  # {id: Mistake}
+    skeleton: str = ""              # the released text of the answer (solution) cells
+    reference: str = ""             # the instructor's text of the same cells
+
+    @property
+    def max_score(self) -> float:
+        return float(sum(e.points for e in self.exercises))
+
+
+@dataclass
+class Insight:
+    """One row of insights.csv. ``mistake`` is "" for a passed exercise, a catalogued id,
+    NO_MATCH (failed, hint matches no catalogued mistake) or NOT_GRADED."""
+    student: str
+    assignment: str
+    exercise: str
+    title: str
+    points: float
+    max_points: float
+    mistake: str
+    hint: str
+
+
+@dataclass
+class ClassData:
+    """Everything the report and the CSVs need, read from DIR."""
+    results: list                                   # journal dicts, in grades.csv order
+    lessons: dict                                   # assignment -> Lesson
+    columns: dict                                   # assignment -> its grades.csv columns
+    insights: list = field(default_factory=list)    # [Insight]
+    answers: dict = field(default_factory=dict)     # (student, assignment) -> answer text
+
+    def hints(self, student: str, assignment: str) -> str:
+        """The mistake ids of the exercises ``student`` lost, space-separated."""
+        return " ".join(i.mistake for i in self.insights
+                        if (i.student, i.assignment) == (student, assignment) and i.mistake)
+
+
+def write_manifest(out: Path, entries, columns: dict) -> None:
+    """Record the class of this run: [(student, assignment, internal id)] and each lesson's
+    exercise columns of grades.csv, so ``report DIR`` rebuilds exactly what ``grade`` wrote."""
+    data = {"students": [list(e) for e in entries], "columns": columns}
+    atomic_write(Path(out) / MANIFEST, json.dumps(data, indent=1))
+
+
+def _read_manifest(out: Path):
+    path = Path(out) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: grade the class into {out} first "
+                                "(python -m autograder grade ... --out DIR).")
+    data = json.loads(path.read_text())
+    return [tuple(e) for e in data["students"]], dict(data["columns"])
+
+
+def _cells(nb, kind: str) -> dict:
+    return {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get(kind) and c.metadata["nbgrader"].get("grade_id")}
+
+
+def _answer_text(nbs) -> str:
+    """The answer (solution) cells of notebooks, in order, as one text."""
+    return "\n\n".join(c.source for nb in nbs for c in _cells(nb, "solution").values())
+
+
+def _load_lesson(root: Path, work: Path, assignment: str):
+    release = sorted((work / "release" / assignment).glob("*.ipynb"))
+    if not release:
+        return None
+    nbs = [nbformat.read(p, as_version=4) for p in release]
+    exercises = []
+    for nb in nbs:
+        titles = exercise_titles(nb)
+        exercises += [Exercise(c.metadata["nbgrader"]["grade_id"],
+                               titles[c.metadata["nbgrader"]["grade_id"]],
+                               float(c.metadata["nbgrader"].get("points", 0)))
+                      for c in nb.cells if is_test_cell(c)]
+    source = [work / "source" / assignment / p.name for p in release]
+    reference = _answer_text([nbformat.read(p, as_version=4) for p in source if p.is_file()])
+    return Lesson(assignment, [p.name for p in release], exercises,
+                  load_mistakes(root, assignment), _answer_text(nbs), reference)
+
+
+def _read_nb(path: Path):
+    try:
+        return nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return None
+
+
+def _student_insights(work: Path, lesson: Lesson, res: dict, internal: str) -> tuple:
+    """(insights, answer text) of one result: the hints from the autograded notebooks, the
+    answers from the submitted ones (as graded, after repair)."""
+    graded = bool(res.get("exercises")) and not res.get("status", "").startswith("rejected")
+    shown, answers = {}, ""
+    if graded:
+        for name in lesson.notebooks:
+            nb = _read_nb(work / "autograded" / internal / lesson.assignment / name)
+            if nb is not None:
+                shown.update({c.metadata["nbgrader"]["grade_id"]: hint_shown(c)
+                              for c in nb.cells if is_test_cell(c)})
+        subs = [_read_nb(work / "submitted" / internal / lesson.assignment / n) for n in lesson.notebooks]
+        answers = _answer_text([nb for nb in subs if nb is not None])
+    rows = []
+    for ex in lesson.exercises:
+        points = res.get("exercises", {}).get(ex.grade_id) if graded else None
+        if points is None:
+            mistake, hint, points = NOT_GRADED, "", 0.0
+        elif float(points) >= ex.points:
+            mistake, hint = "", ""
+        else:
+            hint = shown.get(ex.grade_id, "")
+            mistake = match_mistake(lesson.mistakes, ex.grade_id, hint) or NO_MATCH
+        rows.append(Insight(res["student"], lesson.assignment, ex.grade_id, ex.title,
+                            float(points), ex.points, mistake, hint))
+    return rows, answers
+
+
+def load_class(root: Path, out: Path) -> ClassData:
+    """Read the class graded into ``out`` (see the module docstring); raises FileNotFoundError
+    when ``out`` holds no graded class, ValueError for a malformed mistakes.json."""
+    out = Path(out)
+    work = out / "work"
+    entries, columns = _read_manifest(out)
+    lessons, data = {}, ClassData([], {}, columns)
+    for student, assignment, internal in entries:
+        res = load_result(out, assignment, student)
+        if res is None:
+            continue
+        if assignment not in lessons:
+            lessons[assignment] = _load_lesson(Path(root), work, assignment)
+        lesson = lessons[assignment]
+        if lesson is not None and not res.get("max_score"):
+            res["max_score"] = lesson.max_score   # a rejected notebook: what it could have scored
+        data.results.append(res)
+        if lesson is not None:
+            rows, answers = _student_insights(work, lesson, res, internal)
+            data.insights += rows
+            if answers.strip():
+                data.answers[(student, assignment)] = answers
+    data.lessons = {a: lesson for a, lesson in lessons.items() if lesson is not None}
+    return data
+
+
+def write_insights_csv(path: Path, data: ClassData) -> None:
+    """insights.csv: INSIGHT_COLUMNS, one row per student, lesson and exercise (spreadsheet-safe)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n")
+    w.writerow(INSIGHT_COLUMNS)
+    for i in data.insights:
+        w.writerow([ids.spreadsheet_safe(v) for v in
+                    (i.student, i.assignment, i.exercise, i.title, i.points, i.max_points,
+                     i.mistake, i.hint)])
+    atomic_write(path, buf.getvalue())
+
+
+def write_lesson_csvs(out: Path, data: ClassData) -> list:
+    """grades.csv (today's columns, then ``hints``) and grades-<lesson>.csv for each lesson
+    (only its rows and its exercise columns); returns the paths written."""
+    from .grade import Result, write_csv
+    known = set(Result.__dataclass_fields__)
+    results = [Result(**{k: v for k, v in r.items() if k in known}) for r in data.results]
+    hints = {(r.student, r.assignment): data.hints(r.student, r.assignment) for r in results}
+    paths = [Path(out) / "grades.csv"]
+    write_csv(paths[0], results, [g for a in sorted(data.columns) for g in data.columns[a]],
+              hints=hints)
+    for a in sorted({r.assignment for r in results}):
+        paths.append(Path(out) / f"grades-{a}.csv")
+        write_csv(paths[-1], [r for r in results if r.assignment == a], data.columns.get(a, []),
+                  hints=hints)
+    return paths

@@ -1,0 +1,405 @@
+"""Every graded exercise of lessons 00-05 against right and wrong answers, in seconds, without a kernel.
+
+For each answer the lesson's setup cells and answer cells run in one plain namespace and each test
+cell runs as the grader will run it (tests/exercise_runner.py: a namespace of its own, the
+student's data copied across, the student's functions behind proxies), and again inside the
+student's namespace as the self-check runs it. Both must agree:
+
+- the solution and every documented-correct alternative pass, visible part and hidden part alike;
+- each catalogued mistake (autograder/demo/catalog) and each mistake listed here fails with the
+  hint that names it, already in the visible part unless marked hidden-only;
+- an answer nobody foresaw gets the test's neutral hint, never a diagnosis of another mistake;
+- no test cell crashes (every failure is an AssertionError that starts with "Hint:"), and the
+  five rules of the grader's trust boundary hold.
+"""
+import math
+from dataclasses import dataclass, field
+
+import pytest
+
+from autograder.demo import load_catalog
+from exercise_runner import (blank_answers, names_from_test_cells, run_lesson, solution_answers,
+                             solution_notebook, points_per_test, is_test, grade_meta)
+
+LESSONS = ["00_token_mixing", "01_running_sum", "02_fixed_state_recall", "03_gates_and_delta_rule",
+           "04_hybrid_kv_cache", "05_inattention"]
+CATALOG = load_catalog()
+MODES = ("grader", "self")
+
+
+def sol(lesson: str, grade_id: str, *edits) -> str:
+    """The solution's answer cell with each (old, new) text replacement applied (old must occur)."""
+    source = solution_answers(lesson)[grade_id]
+    for old, new in edits:
+        assert old in source, f"{lesson}:{grade_id}: {old!r} is not in the solution"
+        source = source.replace(old, new)
+    return source
+
+
+@dataclass
+class Case:
+    """One answer to one exercise and the verdict its test cell must give.
+
+    hint None: the answer is right (visible and hidden parts pass). Otherwise the full test cell
+    fails with a message containing ``hint``; so does the visible part unless ``hidden_only``.
+    """
+    lesson: str
+    test: str
+    name: str
+    answers: dict = field(default_factory=dict)
+    hint: str | None = None
+    hidden_only: bool = False
+
+    @property
+    def id(self):
+        return f"{self.lesson[:2]}-{self.test}-{self.name}"
+
+
+def check_outcome(outcome, hint, where):
+    if hint is None:
+        assert outcome.status == "pass", f"{where}: {outcome}"
+    else:
+        assert outcome.status == "fail", f"{where}: expected a hint with {hint!r}, got {outcome}"
+        assert outcome.message.startswith("Hint:"), f"{where}: {outcome}"
+        assert hint in outcome.message, f"{where}: expected {hint!r}, got {outcome.message!r}"
+
+
+# ------------------------------------------------------------------------------ lesson 01
+L01 = "01_running_sum"
+YOUR_TURN_NEUTRAL = "is not the running-sum output yet"
+
+
+def l01_turn(name, answer, hint=None):
+    return Case(L01, "test_your_turn", name, {"your_turn_answer": answer}, hint)
+
+
+def l01_rec(name, *edits, hint=None, hidden_only=False, source=None):
+    return Case(L01, "test_recurrent_form", name,
+                {"recurrent_form": source or sol(L01, "recurrent_form", *edits)}, hint, hidden_only)
+
+
+def l01_par(name, *edits, hint=None, hidden_only=False, source=None):
+    return Case(L01, "test_parallel_form", name,
+                {"parallel_form": source or sol(L01, "parallel_form", *edits)}, hint, hidden_only)
+
+
+REC_NORM = "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True)"
+PAR_NORM = "o = o / A.sum(-1, keepdim=True)"
+PAR_MASK = "A = (q @ k.transpose(-1, -2)).tril()"
+CASES = [
+    # The running sum by hand: the right pair in every form a student may give it.
+    l01_turn("computed", sol(L01, "your_turn_answer")),
+    l01_turn("typed", "answer = (1, 2.25)"),
+    l01_turn("typed list, extra digits", "answer = [1.0, 2.2500001]"),
+    l01_turn("tensor", "answer = torch.tensor([1.0, 2.25])"),
+    l01_turn("numpy", "import numpy as np\nanswer = np.array([1.0, 2.25])"),
+    # ... each typical slip, recognised by the numbers it gives (item 2: k_3 v_3^T is not symmetric).
+    l01_turn("z not updated", "answer = (1.14, 2.57)", "z was not updated"),
+    l01_turn("z not updated, computed", sol(L01, "your_turn_answer", ("z3 = z + k3", "z3 = z")), "z was not updated"),
+    l01_turn("new token as v k^T", sol(L01, "your_turn_answer", ("torch.outer(k3, v3)", "torch.outer(v3, k3)")),
+             "written as v k^T instead of k v^T"),
+    l01_turn("read S q", sol(L01, "your_turn_answer", ("q_new @ S3 /", "S3 @ q_new /")), "transposed state"),
+    l01_turn("no division", "answer = (8, 18)", "division by q.z was skipped"),
+    l01_turn("token missing", sol(L01, "your_turn_answer", ("S3 = S + torch.outer(k3, v3)", "S3 = S"),
+                                  ("z3 = z + k3", "z3 = z")), "the new token is missing"),
+    l01_turn("S not updated", sol(L01, "your_turn_answer", ("S3 = S + torch.outer(k3, v3)", "S3 = S")),
+             "S was not updated"),
+    l01_turn("old query", sol(L01, "your_turn_answer", ("torch.tensor([3., 1.])", "torch.tensor([1., 2.])")),
+             "worked example's query (1, 2)"),
+    l01_turn("sum of z", sol(L01, "your_turn_answer", ("(q_new @ z3)", "z3.sum()")), "sum of the entries of z"),
+    # ... answers in a wrong form, and a wrong pair nobody catalogued.
+    l01_turn("string", 'answer = "1.0, 2.25"', "not a string"),
+    l01_turn("three numbers", "answer = (1.0, 2.25, 0.0)", "it holds 3"),
+    l01_turn("one number", "answer = 3.25", "should be a pair of numbers"),
+    l01_turn("nan", "answer = (float('nan'), 1.0)", "is not finite"),
+    l01_turn("old numbers of the lesson", "answer = (1.5, 2.5)", YOUR_TURN_NEUTRAL),
+    l01_turn("unforeseen", "answer = (2.0, 2.0)", YOUR_TURN_NEUTRAL),
+
+    # The recurrent form: documented-correct variants pass (item 1) ...
+    l01_rec("eps 1e-6", (REC_NORM, "o_t = o_t / ((q[:, :, t] * z).sum(-1, keepdim=True) + 1e-6)")),
+    l01_rec("eps 1e-9", (REC_NORM, "o_t = o_t / ((q[:, :, t] * z).sum(-1, keepdim=True) + 1e-9)")),
+    l01_rec("clamped normaliser", (REC_NORM, "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True).clamp_min(1e-6)")),
+    l01_rec("einsum and outer in another order",
+            ("S = S + k[:, :, t, :, None] * v[:, :, t, None, :]", "S = S + torch.einsum('bhk,bhv->bhkv', k[:, :, t], v[:, :, t])"),
+            ('o_t = torch.einsum("bhk,bhkv->bhv", q[:, :, t], S)', "o_t = (q[:, :, t, :, None] * S).sum(-2)")),
+    l01_rec("float64 inside, input dtype out", source='''
+def recurrent_linear_attention(q, k, v, normalize=True):
+    B, H, T, D_k = q.shape
+    S = torch.zeros(B, H, D_k, v.shape[-1], dtype=torch.float64)
+    z = torch.zeros(B, H, D_k, dtype=torch.float64)
+    out = []
+    for t in range(T):
+        S += torch.einsum("bhk,bhv->bhkv", k[:, :, t].double(), v[:, :, t].double())
+        z += k[:, :, t].double()
+        o_t = torch.einsum("bhk,bhkv->bhv", q[:, :, t].double(), S)
+        if normalize:
+            o_t = o_t / torch.einsum("bhk,bhk->bh", q[:, :, t].double(), z)[..., None]
+        out.append(o_t)
+    return torch.stack(out, dim=2).to(q.dtype)
+'''),
+    # ... and each slip gets the hint that names it (item 6).
+    l01_rec("read before write", source=CATALOG[L01]["students"]["gus_read_before_write"]["answers"]["recurrent_form"],
+            hint="reading first is off by one"),
+    l01_rec("z accumulates q", ("z = z + k[:, :, t]", "z = z + q[:, :, t]"), hint="adds up the queries"),
+    l01_rec("whole-sequence normaliser", (REC_NORM, "o_t = o_t / (q[:, :, t] * k.sum(2)).sum(-1, keepdim=True)"),
+            hint="sums over every key of the sequence"),
+    l01_rec("z never updated", ("z = z + k[:, :, t]", "z = z"), hint="z is never updated"),
+    l01_rec("no normaliser", (REC_NORM, "pass"), hint="the normaliser is missing"),
+    l01_rec("calls the library op", source="def recurrent_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize)[0]", hint="it calls the library op"),
+    l01_rec("calls the library's parallel path", source="def recurrent_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize, impl='parallel')[0]", hint="it calls the library op"),
+    l01_rec("float32 state", ("S = q.new_zeros(B, H, D_k, D_v)", "S = torch.zeros(B, H, D_k, D_v)"),
+            ("S = S + k[:, :, t, :, None] * v[:, :, t, None, :]", "S += k[:, :, t, :, None] * v[:, :, t, None, :]"),
+            hint="with float64 inputs recurrent_linear_attention raised"),
+    l01_rec("float32 normaliser", ("z = q.new_zeros(B, H, D_k)", "z = torch.zeros(B, H, D_k)"),
+            ("z = z + k[:, :, t]", "z += k[:, :, t]"), hint="it went through float32 somewhere"),
+    l01_rec("forgets normalize=False", (REC_NORM, "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True)"),
+            ("        if normalize:\n", "        if True:\n"), hint="with normalize=False return"),
+    l01_rec("unforeseen: scales the output", ("outputs.append(o_t)", "outputs.append(2 * o_t)"),
+            hint="on the worked example expected (2, 0) then (0.5, 3)"),
+
+    # The parallel form: documented-correct variants ...
+    l01_par("eps 1e-6", (PAR_NORM, "o = o / (A.sum(-1, keepdim=True) + 1e-6)")),
+    l01_par("eps 1e-9", (PAR_NORM, "o = o / (A.sum(-1, keepdim=True) + 1e-9)")),
+    l01_par("mask by multiplying", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)) * torch.ones(T, T, dtype=q.dtype).tril()")),
+    l01_par("masked_fill with 0", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).masked_fill("
+                                             "torch.ones(T, T, dtype=torch.bool).triu(1), 0.0)")),
+    l01_par("einsum", (PAR_MASK, "A = torch.einsum('bhtk,bhsk->bhts', q, k).tril()")),
+    # ... and the slips.
+    l01_par("diagonal dropped", (PAR_MASK, "A = (q @ k.transpose(-1, -2)).tril(-1)"), hint="mask drops the diagonal"),
+    l01_par("minus infinity", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).masked_fill("
+                                         "torch.ones(T, T, dtype=torch.bool).triu(1), float('-inf'))"), hint="set to -inf"),
+    l01_par("no mask", (PAR_MASK, "A = q @ k.transpose(-1, -2)"), hint="the mask is missing"),
+    l01_par("upper triangle", (PAR_MASK, "A = (q @ k.transpose(-1, -2)).triu()"), hint="the upper triangle"),
+    l01_par("normaliser before masking", (PAR_NORM, "o = o / (q @ k.transpose(-1, -2)).sum(-1, keepdim=True)"),
+            hint="sums the scores before masking"),
+    l01_par("no normaliser", (PAR_NORM, "pass"), hint="the normaliser is missing"),
+    l01_par("calls the library op", source="def parallel_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize)[0]", hint="it calls the library op"),
+    l01_par("float32 mask", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).float() * torch.ones(T, T).tril()"),
+            hint="with float64 inputs parallel_linear_attention raised"),
+    l01_par("float32 output", ("    return o", "    return o.float()"), hint="float64 inputs must give a float64 output"),
+]
+
+
+# ------------------------------------------------------------------------------ lesson 02
+L02 = "02_fixed_state_recall"
+
+
+def l02(test, grade_id, name, source, hint=None, hidden_only=False):
+    return Case(L02, test, name, {grade_id: source}, hint, hidden_only)
+
+
+def largest(body):
+    return f"def largest_exact_pairs(d_k, d_v):\n    return {body}"
+
+
+def reaches(body, head=""):
+    return f"{head}def cache_reaches_state_at(d_k, d_v):\n    return {body}"
+
+
+CASES += [
+    # Largest n recalled exactly: each slip has its own number at (5, 2) or (2, 5) (item 6).
+    l02("test_largest_exact", "largest_exact", "d_k", largest("d_k")),
+    l02("test_largest_exact", "largest_exact", "d_k * d_v", largest("d_k * d_v"), "counts the numbers in the state"),
+    l02("test_largest_exact", "largest_exact", "min", largest("min(d_k, d_v)"), "the width of the values does not limit"),
+    l02("test_largest_exact", "largest_exact", "max", largest("max(d_k, d_v)"), "the width of the values does not limit"),
+    l02("test_largest_exact", "largest_exact", "d_v", largest("d_v"), "the width of the values does not limit"),
+    l02("test_largest_exact", "largest_exact", "d_k - 1", largest("d_k - 1"), "is one short"),
+    l02("test_largest_exact", "largest_exact", "d_k + 1", largest("d_k + 1"), "is one too many"),
+    l02("test_largest_exact", "largest_exact", "unforeseen", largest("d_k + d_v"), "least squares recalls up to"),
+    # The crossover: at least as many numbers, the one definition lessons 02 and 04 share (item 8).
+    l02("test_cache_vs_state", "cache_vs_state", "math.ceil", reaches("math.ceil(d_k * d_v / (d_k + d_v))", "import math\n")),
+    l02("test_cache_vs_state", "cache_vs_state", "counted", reaches("next(t for t in range(1, d_k * d_v + 1) if t * (d_k + d_v) >= d_k * d_v)")),
+    l02("test_cache_vs_state", "cache_vs_state", "strictly more", reaches("d_k * d_v // (d_k + d_v) + 1"), "one token late"),
+    l02("test_cache_vs_state", "cache_vs_state", "floor", reaches("d_k * d_v // (d_k + d_v)"), "rounds down"),
+    l02("test_cache_vs_state", "cache_vs_state", "round", reaches("round(d_k * d_v / (d_k + d_v))"), "rounds down"),
+    l02("test_cache_vs_state", "cache_vs_state", "equal point", reaches("d_k * d_v / (d_k + d_v)"), "a fraction of a token"),
+    l02("test_cache_vs_state", "cache_vs_state", "keys only", reaches("d_v"), "counts only keys"),
+    l02("test_cache_vs_state", "cache_vs_state", "text", reaches("str(d_k * d_v // (d_k + d_v))"), "should return a number of tokens"),
+    l02("test_cache_vs_state", "cache_vs_state", "unforeseen", reaches("d_k // 2"), "expected 28, got 32"),
+    # Write, read and crosstalk: other correct ways.
+    l02("test_write_read", "write_read", "einsum and matmul",
+        "def write(S, k, v):\n    return S + k[:, None] * v[None, :]\n\ndef read(S, q):\n    return torch.einsum('k,kv->v', q, S)"),
+    l02("test_crosstalk", "crosstalk", "read minus value", "def crosstalk(keys, values):\n    return keys @ keys.T @ values - values"),
+    l02("test_crosstalk", "crosstalk", "masked overlaps",
+        "def crosstalk(keys, values):\n    n = len(keys)\n    return ((keys @ keys.T) * (1 - torch.eye(n))) @ values"),
+]
+
+
+# ------------------------------------------------------------------------------ lesson 03
+L03 = "03_gates_and_delta_rule"
+DECAY = "def effective_memory(gamma):\n    return {}\n\n\ndef half_life(gamma):\n    return {}\n"
+DELTA_CALLS_OP = """
+def delta_step(S, k, v, beta):
+    from mlexp.ops import delta_rule
+    kk, vv = k.view(1, 1, 1, -1), v.view(1, 1, 1, -1)
+    b = torch.as_tensor(beta, dtype=S.dtype).view(1, 1, 1)
+    return delta_rule(kk, kk, vv, b, initial_state=S[None, None], impl="recurrent")[1][0, 0]
+"""
+
+
+def l03(test, grade_id, name, source, hint=None, hidden_only=False):
+    return Case(L03, test, name, {grade_id: source}, hint, hidden_only)
+
+
+def decay(memory, half, imports=""):
+    return imports + DECAY.format(memory, half)
+
+
+def delta(body):
+    return "def delta_step(S, k, v, beta):\n" + body
+
+
+CASES += [
+    # Effective memory and half-life: one tolerance for visible and hidden parts (item 5).
+    l03("test_decay_memory", "decay_memory", "log2", decay("1 / (1 - gamma)", "1 / -math.log2(gamma)")),
+    l03("test_decay_memory", "decay_memory", "log of a half", decay("1 / (1 - gamma)", "math.log(0.5) / math.log(gamma)")),
+    l03("test_decay_memory", "decay_memory", "numpy float64", decay("float(1 / (1 - np.float64(gamma)))", "float(np.log(2) / -np.log(gamma))", "import numpy as np\n")),
+    l03("test_decay_memory", "decay_memory", "series summed", decay("math.fsum(gamma ** s for s in range(100_000))", "math.log(2) / -math.log(gamma)")),
+    l03("test_decay_memory", "decay_memory", "float32 half-life",
+        decay("1 / (1 - gamma)", "(torch.log(torch.tensor(2.0)) / -torch.log(torch.tensor(gamma))).item()"), "right to about 7 digits"),
+    l03("test_decay_memory", "decay_memory", "float32 memory",
+        decay("(1 / (1 - torch.tensor(gamma))).item()", "math.log(2) / -math.log(gamma)"), "right to about 7 digits"),
+    l03("test_decay_memory", "decay_memory", "1/gamma", decay("1 / gamma", "math.log(2) / -math.log(gamma)"), "returned 1/gamma"),
+    l03("test_decay_memory", "decay_memory", "sum from 1", decay("gamma / (1 - gamma)", "math.log(2) / -math.log(gamma)"), "starts the sum at s = 1"),
+    l03("test_decay_memory", "decay_memory", "1/e", decay("1 / (1 - gamma)", "1 / -math.log(gamma)"), "falls to 1/e"),
+    l03("test_decay_memory", "decay_memory", "wrong sign", decay("1 / (1 - gamma)", "math.log(2) / math.log(gamma)"), "not positive"),
+    l03("test_decay_memory", "decay_memory", "unforeseen", decay("1 / (1 - gamma)", "math.log(2) / (1 - gamma)"), "but gamma^s = 1/2 at s ="),
+    # One delta step: any key length, no library call (items 4 and 5).
+    l03("test_delta_step", "delta_step", "(I - beta k k^T) S + beta k v^T",
+        delta("    I = torch.eye(len(k), dtype=S.dtype)\n    return (I - beta * torch.outer(k, k)) @ S + beta * torch.outer(k, v)")),
+    l03("test_delta_step", "delta_step", "einsum", delta("    error = v - torch.einsum('kv,k->v', S, k)\n    return S + beta * torch.einsum('k,v->kv', k, error)")),
+    l03("test_delta_step", "delta_step", "normalises k", delta("    k = k / k.norm()\n    return S + beta * torch.outer(k, v - S.T @ k)"), "normalised the key"),
+    l03("test_delta_step", "delta_step", "calls the library op", DELTA_CALLS_OP, "calls the library op"),
+    l03("test_delta_step", "delta_step", "no read", delta("    return S + beta * torch.outer(k, v)"), "forgot to read before writing"),
+    l03("test_delta_step", "delta_step", "beta on v only", delta("    return S + torch.outer(k, beta * v - S.T @ k)"), "subtracted without beta"),
+    l03("test_delta_step", "delta_step", "error k^T", delta("    return S + beta * torch.outer(v - S.T @ k, k)"), "instead of k (error)^T"),
+    l03("test_delta_step", "delta_step", "reads S k", delta("    return S + beta * torch.outer(k, v - S @ k)"), "read as S k"),
+    l03("test_delta_step", "delta_step", "sign flipped", delta("    return S + beta * torch.outer(k, S.T @ k - v)"), "wrong sign"),
+    # The harness copies a tensor changed in place back to the test, so this is caught in both modes.
+    l03("test_delta_step", "delta_step", "changes S in place", delta("    S += beta * torch.outer(k, v - S.T @ k)\n    return S"), "changed S in place"),
+    l03("test_delta_step", "delta_step", "float beta only", delta("    return S + float(beta) * torch.outer(k, v - S.T @ k)")),
+    l03("test_delta_step", "delta_step", "unforeseen", delta("    return S + 2 * beta * torch.outer(k, v - S.T @ k)"), "Follow the three moves"),
+    l03("test_delta_step", "delta_step", "float32 inside", delta("    S32, k32, v32 = S.float(), k.float(), v.float()\n"
+        "    return (S32 + beta * torch.outer(k32, v32 - S32.T @ k32)).to(S.dtype)"), "Compute in the dtype of S"),
+]
+
+
+# ------------------------------------------------------------------------------ lessons 04 and 05
+L04, L05 = "04_hybrid_kv_cache", "05_inattention"
+JAMBA = "jamba_256k_gib = kv_cache_gib(n_attn_layers=4, n_kv_heads=8, head_dim=128, context=256 * 1024)"
+CROSS = "return -(-state // cache_per_token)                    # integer ceiling of state / cache_per_token"
+KEPT = "return dim      # one initial state y per token; every layer reads the same Y"
+CASES += [
+    # Jamba at 256K: the query-head slip and "all layers, no factor 2" give the same number; the hint says both (item 6).
+    Case(L04, "test_jamba_cache", "query heads", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("n_kv_heads=8", "n_kv_heads=32")))}, "4x too large"),
+    Case(L04, "test_jamba_cache", "all layers, no factor 2", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("n_attn_layers=4", "n_attn_layers=16")))}, "4x too large"),
+    Case(L04, "test_jamba_cache", "all layers", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("n_attn_layers=4", "n_attn_layers=32")))}, "counts all 32 layers"),
+    Case(L04, "test_jamba_cache", "typed", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, "jamba_256k_gib = 4.0"))}),
+    # The crossover, with lesson 02's definition (item 8); hints without the code (item 7).
+    Case(L04, "test_crossover", "math.ceil", {"crossover": sol(L04, "crossover", (CROSS, "return math.ceil(state / cache_per_token)"))}),
+    Case(L04, "test_crossover", "strictly more", {"crossover": sol(L04, "crossover", (CROSS, "return state // cache_per_token + 1"))}, "off by one"),
+    Case(L04, "test_crossover", "floor", {"crossover": sol(L04, "crossover", (CROSS, "return state // cache_per_token"))}, "rounds down"),
+    Case(L04, "test_crossover", "fraction", {"crossover": sol(L04, "crossover", (CROSS, "return state / cache_per_token"))}, "a fraction of a token"),
+    Case(L04, "test_crossover", "text", {"crossover": sol(L04, "crossover", (CROSS, "return str(-(-state // cache_per_token))"))}, "should return a number of tokens"),
+    # What InAttention keeps: Y or the token id, both right (item 15).
+    Case(L05, "test_cache_per_token", "token id", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 1      # the token id; Y is looked up again"))}),
+    Case(L05, "test_cache_per_token", "a state per layer", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return n_layers * dim"))}, "keeps a state per layer"),
+]
+
+
+# ------------------------------------------------------------------------------ the tests
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_answer_gets_its_verdict(case):
+    for mode in MODES:
+        run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test})
+        assert not run.violations, run.violations
+        where = f"{case.id} ({mode})"
+        check_outcome(run.outcomes[case.test, "full"], case.hint, where + " full")
+        visible_hint = None if case.hidden_only else case.hint
+        check_outcome(run.outcomes[case.test, "visible"], visible_hint, where + " visible")
+
+
+DEMO = [(a, s) for a in LESSONS for s in CATALOG[a]["students"]]
+
+
+@pytest.mark.parametrize("lesson, student", DEMO, ids=[f"{a[:2]}-{s}" for a, s in DEMO])
+def test_catalogued_student_gets_its_score_and_hints(lesson, student):
+    spec = CATALOG[lesson]["students"][student]
+    answers = {} if spec.get("from_solution") else blank_answers(lesson)
+    answers.update(spec.get("answers", {}))
+    points = points_per_test(lesson)
+    for mode in MODES:
+        run = run_lesson(lesson, answers, mode=mode)
+        assert not run.violations, run.violations
+        score = 0
+        for test, pts in points.items():
+            hint = spec["expect"]["hints"].get(test)
+            check_outcome(run.outcomes[test, "full"], hint, f"{student} {test} ({mode})")
+            check_outcome(run.outcomes[test, "visible"], hint, f"{student} {test} visible ({mode})")
+            score += pts if run.outcomes[test, "full"].status == "pass" else 0
+        assert (score, sum(points.values())) == (spec["expect"]["score"], spec["expect"]["max_score"])
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_blank_lesson_fails_every_test_with_a_hint(lesson):
+    for mode in MODES:
+        run = run_lesson(lesson, blank_answers(lesson), mode=mode)
+        for (test, part), outcome in run.outcomes.items():
+            assert outcome.status == "fail" and outcome.message.startswith("Hint:"), (test, part, mode, outcome)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_no_lesson_cell_reads_a_name_only_a_test_cell_defines(lesson):
+    """Rule 4: while grading, what a test cell defines never reaches the student's namespace."""
+    assert names_from_test_cells(lesson) == []
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_test_cell_imports_the_modules_it_uses(lesson):
+    """Rule 1, statically: a module a test cell names is imported in that cell (the solution run
+    in grader mode checks the same dynamically, on the paths that run)."""
+    import ast
+    for cell in solution_notebook(lesson).cells:
+        if not is_test(cell):
+            continue
+        tree = ast.parse(cell.source)
+        imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                    if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        modules = {"torch", "F", "math", "nn", "np", "numpy", "hashlib", "mlexp", "kc"}
+        missing = (used & modules) - imported
+        assert not missing, f"{lesson} {grade_meta(cell)['grade_id']}: uses {sorted(missing)} without importing"
+
+
+def test_lesson01_your_turn_separates_every_slip():
+    """Item 2 of issue 14: with the lesson's numbers the state is not symmetric and each slip gives
+    its own pair, at least 0.05 away from every other one at two decimals."""
+    keys, values, q = [(1, 0), (1, 1), (0, 1)], [(2, 0), (0, 4), (2, 2)], (3, 1)
+
+    def state(pairs):                       # sum of k v^T as a 2 x 2 list
+        return [[sum(k[i] * v[j] for k, v in pairs) for j in range(2)] for i in range(2)]
+
+    def read(S, query):                     # q^T S
+        return [query[0] * S[0][j] + query[1] * S[1][j] for j in range(2)]
+
+    def output(S, query, z_keys):           # q^T S / (q . z), z = sum of z_keys
+        z = [sum(k[i] for k in z_keys) for i in range(2)]
+        return [x / (query[0] * z[0] + query[1] * z[1]) for x in read(S, query)]
+
+    S2, S3 = state(list(zip(keys[:2], values[:2]))), state(list(zip(keys, values)))
+    S3_T = [[S3[j][i] for j in range(2)] for i in range(2)]
+    new_as_v_kT = state(list(zip(keys[:2], values[:2])) + [(values[2], keys[2])])
+    pairs = {"right": output(S3, q, keys), "z not updated": output(S3, q, keys[:2]),
+             "new token as v k^T": output(new_as_v_kT, q, keys), "transposed": output(S3_T, q, keys),
+             "no division": read(S3, q), "token missing": output(S2, q, keys[:2]),
+             "S not updated": output(S2, q, keys), "old query": output(S3, (1, 2), keys),
+             "sum of z": [x / sum(map(sum, keys)) for x in read(S3, q)]}
+    assert S3[0][1] != S3[1][0], "the final state must not be symmetric, or v k^T goes unnoticed"
+    rounded = {name: tuple(round(x, 2) for x in p) for name, p in pairs.items()}
+    assert rounded["right"] == (1.0, 2.25)
+    for a, pa in rounded.items():
+        for b, pb in rounded.items():
+            assert a == b or max(abs(x - y) for x, y in zip(pa, pb)) > 0.05, (a, b, pa, pb)
