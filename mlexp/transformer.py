@@ -120,16 +120,23 @@ class Attention(nn.Module):
     heads (default: n_heads, i.e. multi-head attention); each group of n_heads / n_kv_heads
     consecutive query heads reads the same kv head. n_kv_heads = 1 is multi-query attention.
     RoPE on queries and keys when ``rope`` (positions up to ``max_len``).
+    ``window`` (tokens) makes it sliding-window attention: position t sees positions t - window + 1
+    .. t only, so a decoder keeps at most ``window`` keys and values per layer (Beltagy et al. 2020,
+    Longformer; Jiang et al. 2023, Mistral 7B). None (the default) sees every earlier position.
     Parameters: 2 * dim^2 + 2 * dim * n_kv_heads * head_dim (no biases).
 
     Sources: Vaswani et al. 2017 (attention); Shazeer 2019 (MQA); Ainslie et al. 2023 (GQA).
-    Raises ``ValueError`` when dim is not divisible by n_heads or n_heads by n_kv_heads.
+    Raises ``ValueError`` when dim is not divisible by n_heads or n_heads by n_kv_heads, or for a
+    window below 1.
     """
 
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int | None = None, rope: bool = True,
-                 max_len: int = 1024, rope_base: float = 10000.0):
+                 max_len: int = 1024, rope_base: float = 10000.0, window: int | None = None):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"window must be a whole number of tokens >= 1 (or None), got {window!r}.")
+        self.window = window
         if dim % n_heads:
             raise ValueError(f"dim={dim} must be divisible by n_heads={n_heads}.")
         if n_kv_heads < 1 or n_heads % n_kv_heads:
@@ -162,7 +169,11 @@ class Attention(nn.Module):
         if group > 1:  # (B, H_kv, T, D) -> (B, H, T, D): kv head j serves query heads j*group ..
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        if self.window is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        else:  # query t sees keys s with 0 <= t - s < window: a band below the diagonal
+            lag = torch.arange(T, device=x.device)[:, None] - torch.arange(T, device=x.device)[None, :]
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=(lag >= 0) & (lag < self.window))
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, dim)
 
 

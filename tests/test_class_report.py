@@ -47,14 +47,17 @@ def test_each_catalogued_hint_is_still_in_its_test_cell(assignment):
 
 @pytest.mark.parametrize("assignment", [a for a in LESSONS if a in CATALOG])
 def test_demo_students_name_the_catalogued_mistakes(assignment):
-    """Each demo student lists one catalogued mistake per expected hint, in the same test cell,
-    and every catalogued mistake is made by some demo student (so grading can detect it)."""
+    """Each demo student lists one catalogued mistake per expected hint, in the same test cell
+    (or no_hint_matched for an unforeseen answer, whose hint matches none), and every catalogued mistake is made by some demo student (so grading can detect it)."""
     mistakes = load_mistakes(REPO, assignment)
     claimed = set()
     for student, spec in CATALOG[assignment]["students"].items():
         expect = spec["expect"]
         assert len(expect.get("mistakes", [])) == len(expect["hints"]), student
         for mid, test in zip(expect["mistakes"], expect["hints"]):
+            if mid == NO_MATCH:   # an unforeseen answer: its hint must match no catalogued mistake
+                assert match_mistake(mistakes, test, expect["hints"][test]) is None, student
+                continue
             assert mid in mistakes, f"{student}: '{mid}' is not in solutions/{assignment}/mistakes.json"
             assert mistakes[mid].test == test, (student, mid)
             claimed.add(mid)
