@@ -150,6 +150,11 @@ def _minutes(n: int, jobs: int) -> str:
 def _announce(args, sample) -> None:
     """Say what this run grades and how long it will take, before it starts (on stderr, with the
     progress bar: stdout holds the table of grades)."""
+    if getattr(args, "scheduler", None):   # the cluster says its own size once connected
+        print(f"Grading {args.submissions or 'the demo class'} on the Dask cluster at {args.scheduler}, "
+              f"into {args.out}/; the progress bar counts the submissions.", file=sys.stderr, flush=True)
+        return
+    args = argparse.Namespace(**{**vars(args), "jobs": args.jobs or 1})   # grade_class's default
     lo, hi = SECONDS_EACH_2_JOBS
     per = (f"(with 2 at a time on 2 cores, {lo}-{hi} s a submission, from a quiet laptop to a busy "
            "shared server; less for any graded before)")
