@@ -7,6 +7,8 @@ from pathlib import Path
 
 import nbformat
 
+from .mistakes import NO_MATCH, load_mistakes, match_mistake
+
 __all__ = ["DEMO_DIR", "load_catalog", "student_notebook", "generate_demo", "check_demo", "write_demo",
            "sample_students", "write_sample", "demo_answers", "check_hints", "format_hint_report"]
 
@@ -179,6 +181,7 @@ def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False, s
     catalogs = load_catalog(demo_dir)
     chosen = {a: {s: spec for s, spec in cat["students"].items() if students is None or s in students}
               for a, cat in catalogs.items()}
+    mistakes = {a: load_mistakes(Path(root), a) for a in catalogs}
     bar = tqdm(total=sum(map(len, chosen.values())), desc="demo hints",
                unit="student", disable=not progress)
     for a, cat in catalogs.items():
@@ -193,15 +196,18 @@ def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False, s
             answers = demo_answers(solution, spec, blank)
             nb = student_notebook(blank, answers, where=f"catalogue {a}, student {student}")
             outcomes = run_exercises(nb, solution, path.parent)
-            problems += _compare(a, student, spec["expect"], outcomes)
+            problems += _compare(a, student, spec["expect"], outcomes, mistakes[a])
             checked += 1
             bar.update()
     bar.close()
     return problems, checked
 
 
-def _compare(a, student, expect, outcomes) -> list:
+def _compare(a, student, expect, outcomes, mistakes=None) -> list:
+    """Problems of one student: a hint not drawn, a score that moved, or (with the lesson's
+    ``mistakes`` catalogue) a hint that the class report would file under another mistake id."""
     found = []
+    ids = dict(zip(expect["hints"], expect.get("mistakes", []))) if mistakes else {}
     for test, hint in expect["hints"].items():
         got = outcomes.get(test)
         if got is None:
@@ -211,6 +217,12 @@ def _compare(a, student, expect, outcomes) -> list:
             found.append(dict(assignment=a, student=student, test=test, expected=hint, got="passes"))
         elif hint not in got.error:
             found.append(dict(assignment=a, student=student, test=test, expected=hint, got=got.error))
+        elif test in ids and (match_mistake(mistakes, test, got.error) or NO_MATCH) != ids[test]:
+            filed = match_mistake(mistakes, test, got.error) or NO_MATCH
+            found.append(dict(assignment=a, student=student, test=test, expected=hint,
+                              got=f"the hint, but the class report files it under the mistake {filed!r}, "
+                                  f"not {ids[test]!r} (solutions/{a}/mistakes.json: make its hint "
+                                  "piece one that only this mistake's hint contains)"))
     score = sum(o.points for o in outcomes.values() if o.passed)
     total = sum(o.points for o in outcomes.values())
     if (score, total) != (expect["score"], expect["max_score"]):
@@ -235,6 +247,7 @@ def format_hint_report(problems: list, checked: int) -> str:
             lines.append(f"- {where}: catalogued {p['expected']}, now {p['got']}")
         else:
             now = ("it passes" if p["got"] == "passes" else p["got"] if p["got"].startswith("no such")
+                   else f"it draws {p['got']}" if p["got"].startswith("the hint, but")
                    else f"it gets: {p['got']}")
             lines.append(f"- {where}, exercise {p['test']}: built to draw the hint {p['expected']!r}; now {now}")
     lines.append("Fix the exercise or the student's answer and expectation in "

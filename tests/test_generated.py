@@ -148,3 +148,26 @@ def test_grade_says_what_it_grades_and_how_long_before_it_starts(capsys):
     _announce(Namespace(sample=None, jobs=None, out="grades", submissions="class.zip",
                         scheduler="tcp://127.0.0.1:8786"), None)
     assert "on the Dask cluster at tcp://127.0.0.1:8786" in capsys.readouterr().err
+
+
+def test_check_hints_names_a_hint_the_report_files_under_another_mistake():
+    """A drawn hint is not enough: the class report must file it under the student's mistake id
+    (the longest catalogued piece wins, so a shorter, more general piece can lose)."""
+    from autograder.demo import _compare
+    from autograder.dryrun import Outcome
+    from autograder.mistakes import Mistake
+    error = "AssertionError: Hint: the gradient holds NaN: exp was taken above the diagonal (inf there)."
+    expect = {"score": 0, "max_score": 4, "hints": {"t": "gradient holds NaN"}, "mistakes": ["grad_nan"]}
+    outcomes = {"t": Outcome(False, error, 4.0)}
+    general = {"grad_nan": Mistake("grad_nan", "t", "gradient holds NaN"),
+               "exp_then_mask": Mistake("exp_then_mask", "t", "exp was taken above the diagonal")}
+    problems = _compare("L", "mira", expect, outcomes, general)
+    assert len(problems) == 1 and "files it under the mistake 'exp_then_mask', not 'grad_nan'" in problems[0]["got"]
+    assert "student mira, exercise t: built to draw the hint 'gradient holds NaN'; now it draws the hint" \
+        in format_hint_report(problems, 1)
+    distinct = {**general, "grad_nan": Mistake("grad_nan", "t", "the gradient holds NaN: exp was taken above")}
+    assert _compare("L", "mira", expect, outcomes, distinct) == []
+    unforeseen = {**expect, "mistakes": ["no_hint_matched"]}
+    other = {"other": Mistake("other", "t", "a piece this hint does not hold")}
+    assert _compare("L", "mira", unforeseen, outcomes, other) == []          # matches nothing: no_hint_matched
+    assert _compare("L", "mira", unforeseen, outcomes, general)               # matches one: not unforeseen
