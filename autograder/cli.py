@@ -175,9 +175,25 @@ def _announce(args, sample) -> None:
               f"{args.out}/. This takes {_minutes(total, args.jobs)} {per}.",
               file=sys.stderr, flush=True)
     else:
-        print(f"Grading {args.submissions}, {args.jobs} at a time, into {args.out}/: a class of 100 "
-              f"takes {_minutes(100, args.jobs)} {per}; the progress bar counts the rest.",
+        n = _count_notebooks(Path(args.submissions))
+        found = (f"{n} notebook{'s' * (n != 1)} found" if n is not None else "a class of 100")
+        print(f"Grading {args.submissions}, {args.jobs} at a time, into {args.out}/: {found}, which "
+              f"takes {_minutes(n or 100, args.jobs)} {per}; the progress bar counts the rest.",
               file=sys.stderr, flush=True)
+
+
+def _count_notebooks(path: Path):
+    """How many .ipynb files a class folder or zip holds (a first estimate: the batch itself
+    decides what is a submission), or None when that cannot be read."""
+    import zipfile
+    try:
+        if path.is_dir():
+            return sum(1 for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        with zipfile.ZipFile(path) as zf:
+            return sum(1 for name in zf.namelist() if name.endswith(".ipynb")
+                       and ".ipynb_checkpoints" not in name and not name.startswith("__MACOSX"))
+    except (OSError, zipfile.BadZipFile):
+        return None
 
 
 def _grade(args) -> int:

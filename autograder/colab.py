@@ -18,6 +18,11 @@ import re
 import zipfile
 from pathlib import Path
 
+# Where the wheel carries each lesson's seeds.md; mlexp.seeds.find_table reads it (the same name
+# as mlexp.seeds.TABLES_IN_PACKAGE, checked by tests/test_course.py; not imported: building the
+# course file needs no torch).
+TABLES_IN_PACKAGE = "seed_tables"
+
 __all__ = ["PACKAGE", "wheel_name", "build_wheel", "STUDENT_STEPS"]
 
 PACKAGE = "mlexp"
@@ -62,7 +67,9 @@ def _record_hash(data: bytes) -> str:
 def build_wheel(root: Path, out_dir: Path) -> Path:
     """Write the wheel of ``root/mlexp`` into ``out_dir``; returns its path.
 
-    Holds every file of the package except caches and compiled bytecode. Raises
+    Holds every file of the package except caches and compiled bytecode, and each lesson's
+    committed seed table (lessons/<id>/seeds.md as mlexp/seed_tables/<id>.md: on Colab the
+    lessons find them there through mlexp.seeds.find_table). Raises
     FileNotFoundError when ``root`` has no mlexp/ package, ValueError when its version or
     pyproject.toml cannot be read.
     """
@@ -79,6 +86,8 @@ def build_wheel(root: Path, out_dir: Path) -> Path:
         if path.is_file() and "__pycache__" not in rel.parts and path.suffix not in (".pyc", ".pyo") \
                 and not any(part.startswith(".") for part in rel.parts):
             files[rel.as_posix()] = path.read_bytes()
+    for table in sorted((root / "lessons").glob("*/seeds.md")):   # read by mlexp.seeds.find_table
+        files[f"{PACKAGE}/{TABLES_IN_PACKAGE}/{table.parent.name}.md"] = table.read_bytes()
     metadata = ["Metadata-Version: 2.1", f"Name: {PACKAGE}", f"Version: {version}"]
     metadata += [f"Summary: {summary}"] * bool(summary) + [f"Requires-Python: {python}"] * bool(python)
     metadata += [f"Requires-Dist: {d}" for d in deps]

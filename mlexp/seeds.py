@@ -25,14 +25,18 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = ["ResultLine", "parse_result_line", "result_lines", "set_seed", "find_seed_line",
-           "aggregate", "format_markdown", "parse_markdown", "main"]
+           "aggregate", "format_markdown", "parse_markdown", "find_table", "TABLES_IN_PACKAGE", "main"]
 
 SEED_LINE = re.compile(r"^SEED\s*=\s*-?\d+\b", re.MULTILINE)   # the one line a seed run rewrites
 _FIELD = re.compile(r"([A-Za-z_][\w.\-/]*)=(.*?)(?=\s+[A-Za-z_][\w.\-/]*=|\s*$)")
 _NUMBER = re.compile(r"^([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(.*)$")
 SKIP_KEYS = {"seed"}                                  # echoes of the seed itself are not results
+# Inside the course file (the wheel of `python -m autograder build --colab`), each lesson's
+# seeds.md travels as mlexp/<TABLES_IN_PACKAGE>/<lesson>.md.
+TABLES_IN_PACKAGE = "seed_tables"
 
 
 @dataclass
@@ -154,6 +158,22 @@ def format_markdown(tables: dict, seeds) -> str:
                 str(r["n"]), ", ".join(_fmt(v, d, "", e) for v in r["values"])]) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def find_table(lesson: str, name: str = "seeds.md"):
+    """Where a lesson's committed seed table is, or None when there is none to read.
+
+    Looks, in order: next to the running notebook (the current folder: a course checkout, the
+    grader's copy of the lesson folder, or a file uploaded next to the notebook); in the course
+    file installed on Colab (``mlexp/seed_tables/<lesson>.md``); in ``lessons/<lesson>/`` of the
+    course folder this ``mlexp`` was imported from. Returns a ``pathlib.Path``.
+    """
+    here = Path(__file__).resolve().parent
+    for path in (Path.cwd() / name, here / TABLES_IN_PACKAGE / f"{lesson}.md",
+                 here.parent / "lessons" / lesson / name):
+        if path.is_file():
+            return path
+    return None
 
 
 def parse_markdown(text: str) -> dict:

@@ -1,5 +1,8 @@
 """autograder/course.py is the one place that knows the course; `build --repo` and `build --colab`."""
 import importlib.util
+import os
+import subprocess
+import sys
 import shutil
 import zipfile
 from pathlib import Path
@@ -70,6 +73,33 @@ def test_the_course_file_is_a_wheel_pip_understands(tmp_path):
         assert len(record) == len(names)
         assert "Requires-Dist: torch>=2.1" in zf.read(f"{dist_info}/METADATA").decode()
     assert build_wheel(REPO, tmp_path / "again").read_bytes() == wheel.read_bytes()   # reproducible
+
+
+def test_the_course_file_carries_every_seed_table_and_find_table_reads_it(tmp_path, monkeypatch):
+    """On Colab a lesson has no lessons/<id>/seeds.md beside it: the course file carries them."""
+    import mlexp.seeds
+    from autograder.colab import TABLES_IN_PACKAGE
+    assert TABLES_IN_PACKAGE == mlexp.seeds.TABLES_IN_PACKAGE
+    tables = sorted((REPO / "lessons").glob("*/seeds.md"))
+    assert {p.parent.name for p in tables} >= {"00_token_mixing", "02_fixed_state_recall",
+                                               "03_gates_and_delta_rule", "06_recall_per_byte"}
+    with zipfile.ZipFile(build_wheel(REPO, tmp_path)) as zf:
+        zf.extractall(tmp_path / "site")              # what pip installs: mlexp/ and its dist-info
+    for table in tables:
+        assert (tmp_path / "site" / "mlexp" / TABLES_IN_PACKAGE / f"{table.parent.name}.md").read_bytes() \
+            == table.read_bytes()
+    # The installed course file, run from an empty folder (Colab's /content): found inside mlexp.
+    monkeypatch.chdir(tmp_path)
+    code = ("import mlexp.seeds as s; p = s.find_table('06_recall_per_byte'); print(p); "
+            "print(s.find_table('no_such_lesson'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}).stdout.split()
+    assert out == [str(tmp_path / "site" / "mlexp" / TABLES_IN_PACKAGE / "06_recall_per_byte.md"), "None"]
+    # A seeds.md next to the notebook comes first; in a course checkout, lessons/<id>/ is next.
+    (tmp_path / "seeds.md").write_text("uploaded")
+    assert mlexp.seeds.find_table("06_recall_per_byte") == tmp_path / "seeds.md"
+    (tmp_path / "seeds.md").unlink()
+    assert mlexp.seeds.find_table("06_recall_per_byte") == REPO / "lessons" / "06_recall_per_byte" / "seeds.md"
 
 
 def course_version() -> str:

@@ -141,10 +141,14 @@ def test_grade_says_what_it_grades_and_how_long_before_it_starts(capsys):
     assert out == ""
     assert f"{len(picked)} of its {total} submissions" in err and "minutes" in err
     assert "make grade-all" in err and "autograder grade SUBMISSIONS --out DIR" in err
-    _announce(Namespace(sample=None, jobs=2, out="grades", submissions="class.zip"), None)
-    assert "a class of 100 takes about" in capsys.readouterr().err
-    _announce(Namespace(sample=None, jobs=None, out="grades", submissions="class.zip"), None)   # -j left out
+    _announce(Namespace(sample=None, jobs=2, out="grades", submissions="no-such-class.zip"), None)
+    assert "a class of 100, which takes about" in capsys.readouterr().err
+    _announce(Namespace(sample=None, jobs=None, out="grades", submissions="no-such-class.zip"), None)   # -j left out
     assert "1 at a time" in capsys.readouterr().err
+    demo = Path(__file__).resolve().parent.parent / "autograder" / "demo" / "submissions"
+    _announce(Namespace(sample=None, jobs=2, out="grades", submissions=str(demo)), None)
+    n = len(list(demo.rglob("*.ipynb")))
+    assert f"{n} notebooks found, which takes about" in capsys.readouterr().err
     _announce(Namespace(sample=None, jobs=None, out="grades", submissions="class.zip",
                         scheduler="tcp://127.0.0.1:8786"), None)
     assert "on the Dask cluster at tcp://127.0.0.1:8786" in capsys.readouterr().err
