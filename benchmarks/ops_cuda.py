@@ -185,7 +185,8 @@ def main(argv=None):
                 print(f"{op:>14} {shape}: would check o, S and every gradient")
                 continue
             errs = check(op, shape, dtype, device, fla)
-            bad = {n: e for n, e in errs.items() if not e <= BOUND[dtype]}
+            # fla's error is shown, not judged: its fp32 path multiplies in TF32 (about 1e-3).
+            bad = {n: e for n, e in errs.items() if n != "fla o" and not e <= BOUND[dtype]}
             failed += bool(bad)
             print(f"{op:>14} {shape}: {'PASS' if not bad else 'FAIL'}  "
                   + " ".join(f"{n} {e:.1e}" for n, e in errs.items()))
