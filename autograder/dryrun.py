@@ -2,7 +2,7 @@
 
 The real grader (autograder.harness) runs a submission's cells in a sandboxed kernel and each
 graded test cell in the trusted harness, which reaches the student's names through
-``mlexp.grading``'s wire format. This module keeps the second half exactly (the same
+``autograder.wire``'s wire format. This module keeps the second half exactly (the same
 ``harness.run_test`` in a fresh ``StudentNamespace``, the same encode/decode of every value and
 every call of a student function) and replaces the kernel by a plain namespace in this process,
 so a course author can check in seconds what each catalogued demo student is told
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from mlexp import grading
+from . import wire as grading
 
 from .harness import KernelLink, is_test_cell, run_test
 from .options import GradingOptions
@@ -101,7 +101,7 @@ class _Client:
 
 class LocalLink(KernelLink):
     """KernelLink whose "kernel" is the namespace ``ns`` in this process: each request is
-    answered by mlexp.grading's own kernel-side handlers, through a JSON round trip as on the
+    answered by autograder.wire's own kernel-side handlers, through a JSON round trip as on the
     wire."""
 
     def __init__(self, ns: dict):
@@ -194,7 +194,7 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
         outcomes[gid] = Outcome(not errors, f"{errors[0].ename}: {errors[0].evalue}" if errors else "",
                                 float(_meta(tests[gid]).get("points", 0)))
 
-    grading._REFS.clear()      # the kernel-side tables of mlexp.grading: a fresh "kernel" per run
+    grading._REFS.clear()      # the kernel-side tables of autograder.wire: a fresh "kernel" per run
     grading._GRAPHS.clear()
     with _lesson_run(Path(folder)):
         for i in needed_cells(nb):

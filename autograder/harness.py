@@ -3,7 +3,7 @@
 ``run_notebook`` starts the student's kernel inside the OS sandbox (:mod:`autograder.jail`), runs
 every cell that is not a graded test there with nbclient, and runs every graded test cell in this
 process, in a fresh namespace where each name the test uses but does not define is fetched from
-the kernel as data (:mod:`mlexp.grading`): values are rebuilt as plain Python types and tensors,
+the kernel as data (:mod:`autograder.wire`): values are rebuilt as plain Python types and tensors,
 student functions become :class:`StudentFunction` proxies. So nothing the student's process
 prints, patches or returns can make a test pass: a test passes only when its own code, here,
 runs to the end. Hidden test source never reaches the kernel. Outputs are capped per cell and per
@@ -35,7 +35,8 @@ from nbclient import NotebookClient  # noqa: E402
 from nbclient.exceptions import DeadKernelError  # noqa: E402
 from traitlets import Any, List  # noqa: E402
 
-from mlexp.grading import WIRE_MIME, Opaque, WireError, decode, encode  # noqa: E402
+from . import wire  # noqa: E402
+from .wire import WIRE_MIME, Opaque, WireError, decode, encode  # noqa: E402
 
 from . import jail  # noqa: E402
 from .config import KERNEL_ARGS  # noqa: E402
@@ -46,6 +47,7 @@ __all__ = ["run_notebook", "is_test_cell", "StudentFunction", "StudentTimeout", 
 
 TIMEOUT_ENAME = "CellTimeoutError"
 NOT_RUN_ENAME = "NotExecuted"
+KERNEL_MODULE = "_autograder_wire"   # the name of autograder.wire's copy inside the kernel
 RECOVER_S = 10          # after a time limit, how long an interrupted kernel may take to answer
 
 
@@ -90,7 +92,7 @@ class SandboxKernelManager(AsyncKernelManager):
 
 class StudentFunction:
     """A student function or callable, called through the kernel; arguments and results cross as
-    data (:mod:`mlexp.grading`). An exception inside it is raised here as the same built-in type
+    data (:mod:`autograder.wire`). An exception inside it is raised here as the same built-in type
     with its message. Tensor arguments changed in place are changed here too, and autograd flows
     through the call when the arguments require grad."""
 
@@ -199,7 +201,7 @@ class KernelLink:
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise StudentTimeout(f"time ran out before {what}")
-        code = ("__import__('mlexp.grading', fromlist=['kernel_request'])"
+        code = (f"__import__('sys').modules[{KERNEL_MODULE!r}]"
                 f".kernel_request({json.dumps(req, allow_nan=True)!r})")
         self.busy = True
         try:
@@ -211,9 +213,26 @@ class KernelLink:
         if not isinstance(reply, dict):   # no reply, or not one the kernel side writes
             self.blocked = True
             raise RuntimeError(f"the grader could not read {what} from the notebook's kernel"
-                               + (f" ({error})" if error else "") + ": was the course library "
-                               "mlexp removed or replaced by a cell?")
+                               + (f" ({error})" if error else "") + ": was the grader's channel "
+                               f"(sys.modules[{KERNEL_MODULE!r}]) removed or replaced by a cell?")
         return reply
+
+    def install(self) -> None:
+        """Put the kernel side of :mod:`autograder.wire` into the kernel, before any student cell.
+
+        The student library ``mlexp`` carries nothing of the grader, so the module's source is
+        sent as one request cell (no file of the grader is mounted into the sandbox) and kept
+        as ``sys.modules[KERNEL_MODULE]``. It is the untrusted side's copy: a student cell may
+        replace it, which can only change what the student's own names look like, and a request
+        it then fails to answer is reported as blocked."""
+        source = Path(wire.__file__).read_text(encoding="utf-8")
+        code = (f"(lambda m: (exec(compile({source!r}, '<autograder.wire>', 'exec'), m.__dict__), "
+                f"__import__('sys').modules.__setitem__(m.__name__, m)))"
+                f"(__import__('types').ModuleType({KERNEL_MODULE!r}));")
+        _reply, timed_out, error = self.client.run_request(code, None)
+        if timed_out or error:
+            raise RuntimeError("the grader could not set up its channel in the notebook's kernel"
+                               + (f" ({error})" if error else " (timed out)"))
 
     def lookup(self, name: str):
         reply = self.request({"op": "lookup", "name": name}, f"`{name}`")
@@ -569,6 +588,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
     stopped = ""
     try:
         with client.setup_kernel(env=env, cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+            link.install()
             link.request({"op": "snapshot", "import": _watch_list(nb)}, "the kernel's snapshot")
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":

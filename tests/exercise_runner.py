@@ -34,7 +34,7 @@ import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from mlexp.grading import Opaque, decode, encode  # noqa: E402
+from autograder.wire import Opaque, decode, encode  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_CELL = "course-setup"
@@ -156,7 +156,7 @@ def _builtin_twin(exc: BaseException) -> BaseException:
 
 
 def _result(value):
-    """A student function's result as the harness receives it: plain data through mlexp.grading's
+    """A student function's result as the harness receives it: plain data through autograder.wire's
     wire format (an object that is not data becomes an Opaque that fails every use); tensors that
     carry autograd stay as they are, since the harness links the backward pass to the kernel."""
     if isinstance(value, torch.Tensor) and value.requires_grad:
