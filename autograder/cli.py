@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
                         "--scheduler, twice the cluster's worker threads)")
     g.add_argument("--scheduler", metavar="ADDRESS",
                    help="run each submission on the workers of this Dask scheduler, e.g. "
-                        "tcp://10.0.0.5:8786 (needs pip install 'mlexp[dask]'; README: Grading "
+                        "tcp://10.0.0.5:8786 (needs pip install 'mlexp-autograder[dask]'; README: Grading "
                         "on a cluster); grades, feedback and the gradebook stay here")
     g.add_argument("--force", action="store_true",
                    help="regrade every submission, also those already graded with the same bytes")

@@ -25,7 +25,7 @@ Workers need the grading environment this process has (the same autograder and m
 Python and kernel packages: one image or one shared virtual environment; README, "Grading on a
 cluster") and bubblewrap. :class:`GradingPlugin` (a Dask worker plugin) checks each worker as it
 joins and kills its harnesses when it closes; every task checks again, so a worker that differs
-is named, never silently used. ``dask[distributed]`` is optional (``pip install 'mlexp[dask]'``):
+is named, never silently used. ``dask[distributed]`` is optional (``pip install 'mlexp-autograder[dask]'``):
 this module imports without it, and only :class:`DaskExecutor` needs it.
 """
 import hashlib
@@ -235,7 +235,7 @@ class DaskExecutor:
         try:
             from distributed import Client
         except ImportError:
-            raise ClusterError("--scheduler needs Dask: pip install 'mlexp[dask]' "
+            raise ClusterError("--scheduler needs Dask: pip install 'mlexp-autograder[dask]' "
                                "(dask.distributed)") from None
         self.address, self.options = address, options
         self.expected = environment()

@@ -157,7 +157,7 @@ def main(argv=None) -> None:
                         "report the median ratio (the load of a shared machine drifts)")
     p.add_argument("--no-nbgrader", action="store_true", help="skip plain nbgrader autograde")
     p.add_argument("--dask", action="store_true",
-                   help="time -j 1, -j 2 and two Dask workers instead (needs mlexp[dask])")
+                   help="time -j 1, -j 2 and two Dask workers instead (needs mlexp-autograder[dask])")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
         tmp = Path(tmp)

@@ -215,8 +215,19 @@ def set_seed(nb, seed: int) -> bool:
 
 
 def main(argv=None) -> int:
-    """``python -m mlexp.seeds ...``: the seed runner of ``autograder.seeds`` (same arguments)."""
-    from autograder.seeds import main as run
+    """``python -m mlexp.seeds ...``: the seed runner of ``autograder.seeds`` (same arguments).
+
+    The runner re-executes the instructor's solution notebooks, so it lives with the grader in
+    the course's instructor repository; the student library only reads the tables it writes.
+    """
+    try:
+        from autograder.seeds import main as run
+    except ImportError:
+        print("python -m mlexp.seeds re-runs the instructor's solution notebooks: run it in the "
+              "course's instructor repository (the grader, package mlexp-autograder). This copy of "
+              "the course only reads the seed tables it wrote (mlexp.seeds.find_table).",
+              file=sys.stderr)
+        return 2
 
     return run(argv, prog="python -m mlexp.seeds")
 

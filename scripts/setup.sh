@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Create .venv (once) and install the course into it. One argument says how much:
-#   grade   the course with the grade extra: enough to grade, check, build and run lessons from
-#           the command line (`make grade`, `make lessons`)
-#   lab     adds the lab extra: JupyterLab, ipywidgets and nbgrader's extensions (`make lab`)
-#   test    (the default) adds the test extra too: pytest, triton, playwright (`make test`)
+#   grade   the course library (mlexp, ./pyproject.toml) and the grader (mlexp-autograder,
+#           autograder/pyproject.toml): enough to grade, check, build and run lessons from the
+#           command line (`make grade`, `make lessons`)
+#   lab     adds mlexp's lab extra: JupyterLab and ipywidgets (`make lab`)
+#   test    (the default) adds the grader's test extra too: pytest, triton, playwright (`make test`)
 # torch is installed first only when the venv lacks it: the CPU build (torch==$TORCH_VERSION, from
 # the PyTorch CPU index; pip's own find-links serve it where that index is out of reach) on a
 # machine without an NVIDIA GPU, the default build otherwise. An existing torch is never replaced.
@@ -11,9 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 level=${1:-test}
 case "$level" in
-  grade) extras="grade" ;;
-  lab) extras="lab,grade" ;;
-  test) extras="lab,grade,test" ;;
+  grade) packages=(-e . -e ./autograder) ;;
+  lab) packages=(-e ".[lab]" -e ./autograder) ;;
+  test) packages=(-e ".[lab,check]" -e "./autograder[test]") ;;
   *) echo "setup: unknown level '$level' (grade, lab or test)" >&2; exit 2 ;;
 esac
 PY=${PYTHON:-python3}
@@ -41,14 +42,15 @@ if [ "$(uname -s)" = Linux ] && ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 # One stamp per level; each level includes the ones before it (grade < lab < test). Install again
-# when pyproject.toml is newer than the stamp.
-fresh() { [ -f ".venv/.mlexp-installed-$1" ] && [ ! pyproject.toml -nt ".venv/.mlexp-installed-$1" ]; }
+# when either pyproject.toml is newer than the stamp.
+fresh() { [ -f ".venv/.mlexp-installed-$1" ] && [ ! pyproject.toml -nt ".venv/.mlexp-installed-$1" ] \
+  && [ ! autograder/pyproject.toml -nt ".venv/.mlexp-installed-$1" ]; }
 case "$level" in
   grade) fresh grade || fresh lab || fresh test ;;
   lab) fresh lab || fresh test ;;
   test) fresh test ;;
 esac && exit 0
-echo "setup: installing the course with the extras [$extras] into .venv (the first time takes a few minutes)"
-"$VPY" -m pip install --quiet --progress-bar off -e ".[$extras]"
+echo "setup: installing the course (${packages[*]}) into .venv (the first time takes a few minutes)"
+"$VPY" -m pip install --quiet --progress-bar off "${packages[@]}"
 echo "setup: .venv ready for '$level' after ${SECONDS} s"
 touch ".venv/.mlexp-installed-$level"

@@ -54,7 +54,7 @@ def _require_browser():
         import playwright.sync_api  # noqa: F401
     except ImportError:
         missing.append("Playwright's Python package (it comes with the test extra: `make test`, "
-                       "or `.venv/bin/pip install -e '.[test]'`)")
+                       "or `.venv/bin/pip install -e '.[lab,check]' -e './autograder[test]'`)")
     if missing:
         reason = "browser test needs " + " and ".join(missing)
         if os.environ.get("MLEXP_REQUIRE_BROWSER") == "1":

@@ -39,7 +39,7 @@ try:
 except ImportError:
     HAVE_DASK = False
 needs_dask = pytest.mark.skipif(not HAVE_DASK, reason="dask.distributed is not installed "
-                                "(pip install -e '.[dask]')")
+                                "(pip install -e './autograder[dask]')")
 
 # A student whose notebook reads files handed in beside it (one in a folder): 6 points only
 # when the files reach the worker.
@@ -58,7 +58,7 @@ def test_without_dask_the_grader_imports_and_says_what_to_install():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "pip install 'mlexp[dask]'" in proc.stdout
+    assert "pip install 'mlexp-autograder[dask]'" in proc.stdout
 
 
 @needs_dask
