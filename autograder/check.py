@@ -6,10 +6,12 @@ their own kernel, sandboxed where bubblewrap can run, and every test cell outsid
 `showtraceback`, a swallowed exception or a deleted test cannot turn a FAIL into a PASS, and a
 cell that runs out of time is a FAIL row that says so.
 """
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
+
+from mlexp.check import ExerciseResult, format_report, judge_test_cell
 
 from .options import GradingOptions
 from .repair import SubmissionRejected, normalise_name, read_notebook_text, repair_notebook
@@ -21,16 +23,6 @@ MAX_BYTES = 50 * 2**20
 
 class NotebookError(ValueError):
     """The file is missing or is not a notebook."""
-
-
-@dataclass
-class ExerciseResult:
-    """One autograded test cell after running the notebook."""
-    grade_id: str
-    points: float
-    passed: bool
-    message: str = ""     # the "Hint: ..." of a failing assert, or "ErrorType: message"
-    timed_out: bool = False
 
 
 def _read(path: Path):
@@ -61,23 +53,11 @@ def find_release(path: Path, course=None):
     return root, None
 
 
-def _outcome(cell, timeout: int) -> tuple:
+def _outcome(cell) -> tuple:
     """(passed, message, timed out) from a test cell's outputs, judged as `grade` does: an error
-    output fails the cell."""
+    output fails the cell (the harness's names for a cell out of time or never run included)."""
     from .harness import NOT_RUN_ENAME, TIMEOUT_ENAME
-    for out in cell.get("outputs", []):
-        if out.output_type != "error":
-            continue
-        if out.ename == TIMEOUT_ENAME:
-            return False, f"timed out: {out.evalue}", True
-        if out.ename == "AssertionError":
-            return False, out.evalue.strip() or "an assert failed (it carries no hint message)", False
-        if out.ename == "NotImplementedError":
-            return False, "NotImplementedError: not done yet (a solution cell still raises it)", False
-        if out.ename == NOT_RUN_ENAME:
-            return False, f"not run: {out.evalue}", False
-        return False, f"{out.ename}: {out.evalue}", False
-    return True, "", False
+    return judge_test_cell(cell, {TIMEOUT_ENAME: ("timed out", True), NOT_RUN_ENAME: ("not run", False)})
 
 
 def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
@@ -111,7 +91,7 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     for cell in executed.cells:
         if is_test_cell(cell):
             meta = cell.metadata["nbgrader"]
-            passed, message, timed_out = _outcome(cell, options.cell_timeout)
+            passed, message, timed_out = _outcome(cell)
             results.append(ExerciseResult(meta.get("grade_id", "?"), float(meta.get("points", 0)),
                                           passed, message, timed_out))
     for what in report.get("timeouts", []):
@@ -121,22 +101,3 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     if report.get("kernel"):
         notes.append(report["kernel"])
     return results, notes
-
-
-def format_report(name: str, results: list, notes=()) -> str:
-    """Lines ``PASS  grade_id  2/2`` or ``FAIL  grade_id  0/2  Hint: ...`` and a summary."""
-    lines = [f"note: {n}" for n in notes]
-    if not results:
-        return "\n".join(lines + [f"{name}: no autograded test cells found (is this a lesson "
-                                  "notebook?)"])
-    width = max(len(r.grade_id) for r in results)
-    lines.append(f"{name}: {len(results)} graded test cells")
-    for r in results:
-        pts = f"{r.points:g}/{r.points:g}" if r.passed else f"0/{r.points:g}"
-        line = f"{'PASS' if r.passed else 'FAIL'}  {r.grade_id.ljust(width)}  {pts:>7}"
-        lines.append(line + (f"  {r.message}" if r.message else ""))
-    got = sum(r.points for r in results if r.passed)
-    total = sum(r.points for r in results)
-    lines.append(f"visible tests: {sum(r.passed for r in results)}/{len(results)} passed, "
-                 f"{got:g}/{total:g} points (hidden tests run only when the course grades it)")
-    return "\n".join(lines)

@@ -1,0 +1,215 @@
+"""Check your own notebook: run it from the top and print PASS/FAIL and the hint of each test.
+
+From a terminal, in the course folder (or anywhere, with the notebook's path)::
+
+    python -m mlexp.check lessons/01_running_sum/01_running_sum.ipynb
+
+or from a notebook cell: ``!python -m mlexp.check 01_running_sum.ipynb``. The notebook runs in a
+fresh kernel exactly as the grader runs it (``NBGRADER_EXECUTION=validate``: the experiments at
+their token size, so it takes seconds), and every graded test cell is judged the way the grader
+judges it: it passes when it runs to its end, and a failing ``assert`` shows its hint. When the
+released lesson is found (``lessons/<id>/<id>.ipynb`` in the course folder above the notebook),
+a test cell you deleted or edited is put back from it first, so what you see is what the tests
+say. Only the visible tests are here: the instructor's hidden tests run when the course grades
+your notebook, so a full PASS is necessary, not sufficient.
+
+This is the student side and needs only ``nbclient``, ``nbformat`` and ``ipykernel`` (JupyterLab
+and Colab have them; ``pip install "mlexp[check]"`` adds them). It runs your code as you, like
+Jupyter does; the course's grader runs it in a sandbox and its tests outside your kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "format_report",
+           "is_test_cell", "main"]
+
+HIDDEN_NOTE = "hidden tests run only when the course grades it"
+
+
+class CheckError(ValueError):
+    """The file is missing, is not a notebook, or the tools to run it are not installed."""
+
+
+@dataclass
+class ExerciseResult:
+    """One graded test cell after running the notebook: its id, points, and what it said."""
+    grade_id: str
+    points: float
+    passed: bool
+    message: str = ""     # the "Hint: ..." of a failing assert, or "ErrorType: message"
+    timed_out: bool = False
+
+
+def is_test_cell(cell) -> bool:
+    """A graded test cell: nbgrader metadata ``grade`` true, ``solution`` false, a code cell."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def judge_test_cell(cell, special=None) -> tuple:
+    """(passed, message, timed out) from an executed test cell's outputs: an error output fails.
+
+    ``special`` maps other error names to (message prefix, timed out), e.g. the grader's names
+    for a cell that ran out of time or never ran.
+    """
+    special = {"CellTimeoutError": ("timed out", True), **(special or {})}
+    for out in cell.get("outputs", []):
+        if out.get("output_type") != "error":
+            continue
+        ename, evalue = out.get("ename", ""), str(out.get("evalue", ""))
+        if ename in special:
+            prefix, timed_out = special[ename]
+            return False, f"{prefix}: {evalue}".rstrip(": "), timed_out
+        if ename == "AssertionError":
+            return False, evalue.strip() or "an assert failed (it carries no hint message)", False
+        if ename == "NotImplementedError":
+            return False, "NotImplementedError: not done yet (a solution cell still raises it)", False
+        return False, f"{ename}: {evalue}", False
+    return True, "", False
+
+
+def _lesson_stem(name: str) -> str:
+    """``'Copy of 01_running_sum (1).ipynb'`` -> ``'01_running_sum'``."""
+    stem = re.sub(r"\.ipynb$", "", name.strip(), flags=re.I)
+    stem = re.sub(r"^(copy of |kopie von |copie de )+", "", stem, flags=re.I)
+    stem = re.sub(r"(\s*\(\d+\)|\s*-\s*copy|-checkpoint)+$", "", stem, flags=re.I)
+    return stem.strip().replace(" ", "_")
+
+
+def find_release(path: Path):
+    """The released lesson that ``path`` is a copy of: ``lessons/<id>/<id>.ipynb`` in the
+    notebook's folder or a folder above it; None when there is none."""
+    stem = _lesson_stem(path.name)
+    for base in [path.parent, *path.parent.parents]:
+        candidate = base / "lessons" / stem / f"{stem}.ipynb"
+        if candidate.is_file():
+            return candidate    # (the notebook itself when it is the released lesson)
+    return None
+
+
+def restore_tests(nb, release) -> list:
+    """Put each test cell of ``release`` back into ``nb`` (by its nbgrader grade_id): an edited
+    one gets the released source, a deleted one is inserted after the cell it followed.
+    Returns notes saying what was restored."""
+    notes = []
+    mine = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    previous = None
+    for cell in release.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if is_test_cell(cell):
+            if gid in mine:
+                if mine[gid].source != cell.source:
+                    mine[gid].source = cell.source
+                    notes.append(f"the test `{gid}` was edited in your notebook: the released test was run")
+            else:
+                new = type(cell)(cell)   # a copy of the released cell
+                new.outputs, new.execution_count = [], None
+                at = nb.cells.index(mine[previous]) + 1 if previous in mine else len(nb.cells)
+                nb.cells.insert(at, new)
+                mine[gid] = new
+                notes.append(f"the test `{gid}` was missing from your notebook: it was put back")
+        if gid in mine:
+            previous = gid
+    return notes
+
+
+def check_notebook(path, timeout: int = 300) -> tuple:
+    """Run the notebook at ``path`` in a fresh kernel; returns (ExerciseResults, notes).
+
+    ``timeout``: seconds per cell. Each visible graded test cell gives one
+    :class:`ExerciseResult`; ``notes`` says which tests were restored from the released lesson.
+    Raises CheckError for a missing or unreadable file, or when nbclient is not installed.
+    """
+    path = Path(path).expanduser().resolve()
+    try:
+        import nbformat
+        from nbclient import NotebookClient
+    except ImportError:
+        raise CheckError("The self-check needs nbclient and nbformat (JupyterLab and Colab have "
+                         "them): pip install \"mlexp[check]\"") from None
+    if not path.is_file():
+        raise CheckError(f"No such notebook: {path}. Give the path of your .ipynb file, e.g. "
+                         "lessons/01_running_sum/01_running_sum.ipynb.")
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as exc:   # not JSON, not a notebook
+        raise CheckError(f"{path.name} is not a readable notebook ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}). Re-download the lesson, or in Jupyter use File > Save "
+                         "and try again.") from None
+    notes = []
+    release = find_release(path)
+    if release is not None:
+        notes += restore_tests(nb, nbformat.read(release, as_version=4))
+    else:
+        notes.append("the released lesson was not found above this notebook: its tests were run "
+                     "as they are")
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    saved = os.environ.get("NBGRADER_EXECUTION")
+    os.environ["NBGRADER_EXECUTION"] = "validate"    # the experiments at their token size
+    try:
+        NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
+                       interrupt_on_timeout=True,
+                       error_on_timeout={"ename": "CellTimeoutError",
+                                         "evalue": f"this cell ran longer than {timeout} s",
+                                         "traceback": []},
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        if saved is None:
+            os.environ.pop("NBGRADER_EXECUTION", None)
+        else:
+            os.environ["NBGRADER_EXECUTION"] = saved
+    results = []
+    for cell in nb.cells:
+        if is_test_cell(cell):
+            meta = cell.metadata["nbgrader"]
+            passed, message, timed_out = judge_test_cell(cell)
+            results.append(ExerciseResult(meta.get("grade_id", "?"), float(meta.get("points", 0)),
+                                          passed, message, timed_out))
+    return results, notes
+
+
+def format_report(name: str, results: list, notes=()) -> str:
+    """Lines ``PASS  grade_id  2/2`` or ``FAIL  grade_id  0/2  Hint: ...`` and a summary."""
+    lines = [f"note: {n}" for n in notes]
+    if not results:
+        return "\n".join(lines + [f"{name}: no autograded test cells found (is this a lesson notebook?)"])
+    width = max(len(r.grade_id) for r in results)
+    lines.append(f"{name}: {len(results)} graded test cells")
+    for r in results:
+        pts = f"{r.points:g}/{r.points:g}" if r.passed else f"0/{r.points:g}"
+        line = f"{'PASS' if r.passed else 'FAIL'}  {r.grade_id.ljust(width)}  {pts:>7}"
+        lines.append(line + (f"  {r.message}" if r.message else ""))
+    got = sum(r.points for r in results if r.passed)
+    total = sum(r.points for r in results)
+    lines.append(f"visible tests: {sum(r.passed for r in results)}/{len(results)} passed, "
+                 f"{got:g}/{total:g} points ({HIDDEN_NOTE})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """``python -m mlexp.check NOTEBOOK``: exit 0 when every visible test passes, 1 when one
+    fails, 2 when the notebook cannot be checked."""
+    p = argparse.ArgumentParser(prog="python -m mlexp.check", description=__doc__.split("\n")[0])
+    p.add_argument("notebook", help="path of the .ipynb to check")
+    p.add_argument("--timeout", type=int, default=300, metavar="S",
+                   help="seconds each cell may run (default 300)")
+    args = p.parse_args(argv)
+    try:
+        results, notes = check_notebook(args.notebook, timeout=args.timeout)
+    except CheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(Path(args.notebook).name, results, notes))
+    return 0 if results and all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
