@@ -1,4 +1,4 @@
-"""Command line: build, grade, report, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
+"""Command line: build, publish, grade, report, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
 import argparse
 import sys
 import time
@@ -28,6 +28,17 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--repo", metavar="OWNER/NAME",
                    help="first set the course's GitHub repository (autograder/course.py) and rewrite "
                         "every badge, setup cell and README link for it, then build")
+
+    pb = sub.add_parser("publish", help="write the student edition (lessons, mlexp, a student "
+                                         "README; no solutions, hidden tests or grader) into OUT")
+    pb.add_argument("out", metavar="OUT", help="folder to write; empty, new, or an edition "
+                                               "written before (all but .git is replaced)")
+    pb.add_argument("--repo", metavar="OWNER/NAME",
+                    help="the public repository OUT is pushed to: its Colab badges and setup "
+                         "cells point there (default: COURSE_REPO of autograder/course.py)")
+    pb.add_argument("--with-solutions", action="store_true",
+                    help="also write worked/<id>/<id>.ipynb, the solutions without their hidden "
+                         "tests (self-study, or after the last deadline)")
 
     g = sub.add_parser("grade", help="grade a class; print a table, write grades.csv and feedback")
     g.add_argument("submissions", nargs="?",
@@ -284,6 +295,29 @@ def _report(args) -> int:
     return 0
 
 
+def _publish(args) -> int:
+    from .course import PLACEHOLDER_REPO
+    from .publish import PublishError, publish
+    root = find_course_root(args.course)
+    try:
+        done = publish(root, Path(args.out), repo=args.repo, with_solutions=args.with_solutions)
+    except PublishError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote the student edition into {args.out}: {done['files']} files, "
+          f"{len(done['lessons'])} lessons" + (", worked solutions without hidden tests"
+                                               if args.with_solutions else "")
+          + "; scanned: no solution, hidden test, mistake catalogue, demo notebook or grader code.")
+    if done["repo"] == PLACEHOLDER_REPO:
+        print(f"note: its Colab badges point at the placeholder {PLACEHOLDER_REPO}; give --repo "
+              "OWNER/NAME, the public repository you push it to.")
+    else:
+        print(f"next: cd {args.out} && git init -b main (once) && git add -A && git commit -m "
+              f"'student edition' && git push to github.com/{done['repo']}. Keep this repository "
+              "(the instructor's) private.")
+    return 0
+
+
 def _check(args) -> int:
     from .check import check_notebook, format_report
     results, notes = check_notebook(args.notebook, from_arguments(args), course=args.course)
@@ -327,7 +361,7 @@ def main(argv=None) -> int:
     """Parse ``argv`` and run the command; errors a user can fix print one line and exit 2."""
     args = parser().parse_args(argv)
     try:
-        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo,
+        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo, "publish": _publish,
                 "report": _report, "seeds": _seeds}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         print(f"error: {exc}", file=sys.stderr)

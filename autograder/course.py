@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Lesson", "LESSONS", "COURSE_REPO", "PLACEHOLDER_REPO", "BRANCH", "PACKAGE_PARENT",
-           "find_course_root", "lesson_notebook", "is_published", "set_course_repo"]
+           "find_course_root", "lesson_notebook", "is_published", "set_course_repo", "validate_repo"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,13 @@ def lesson_notebook(root: Path, lesson: str) -> Path:
     return notebooks[0]
 
 
+def validate_repo(repo: str) -> None:
+    """Raise ValueError unless ``repo`` is "owner/name" as GitHub accepts it (or PLACEHOLDER_REPO)."""
+    if repo != PLACEHOLDER_REPO and not _REPO_NAME.match(repo):
+        raise ValueError(f"{repo!r} is not a GitHub repository name: give OWNER/NAME, e.g. "
+                         "my-university/linear-attention-course.")
+
+
 def set_course_repo(root: Path, repo: str) -> bool:
     """Write ``repo`` ("owner/name", or PLACEHOLDER_REPO) as COURSE_REPO into the course's copy of
     this module, ``root/autograder/course.py``; returns True when the file changed.
@@ -107,9 +114,7 @@ def set_course_repo(root: Path, repo: str) -> bool:
     Only that one line is rewritten. Raises ValueError for a name GitHub would not accept and
     FileNotFoundError when ``root`` has no autograder/course.py (a course outside a checkout).
     """
-    if repo != PLACEHOLDER_REPO and not _REPO_NAME.match(repo):
-        raise ValueError(f"{repo!r} is not a GitHub repository name: give OWNER/NAME, e.g. "
-                         "my-university/linear-attention-course.")
+    validate_repo(repo)
     path = Path(root) / "autograder" / "course.py"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: --repo rewrites the course's own copy of "
