@@ -238,7 +238,9 @@ def _files(root: Path, repo: str, with_solutions: bool) -> dict:
     for table in sorted((root / "lessons").glob("*/seeds.md")):
         files[f"mlexp/{TABLES_IN_PACKAGE}/{table.parent.name}.md"] = table.read_bytes()
     pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
-    files["pyproject.toml"] = pyproject.split("\n[tool.pytest", 1)[0].rstrip().encode() + b"\n"
+    body = pyproject[pyproject.index("[build-system]"):].split("\n[tool.pytest", 1)[0].rstrip()
+    files["pyproject.toml"] = ("# The course library the lessons import, mlexp: pip install -e \".[lab,check]\"\n"
+                               + body + "\n").encode()
     from .colab import wheel_name
     wheel = wheel_name(root)
     how = (f"Click a lesson's \"Open in Colab\" badge (above, or at the top of the notebook)."

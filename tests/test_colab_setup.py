@@ -99,9 +99,9 @@ with open(os.environ["SIM_PIP_LOG"], "a") as f:
     f.write(json.dumps(args) + "\\n")
 site, repo, venv_site = (Path(os.environ[k]) for k in ("SIM_SITE", "SIM_REPO", "SIM_VENV_SITE"))
 for req in [a for a in args[1:] if not a.startswith("-")]:
-    if req.startswith("mlexp @ git+https://github.com/"):
-        for pkg in ("mlexp", "autograder"):
-            shutil.copytree(repo / pkg, site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    if req.startswith("mlexp @ git+https://github.com/"):   # the published student edition
+        assert not (repo / "autograder").exists(), "the public repository holds the grader"
+        shutil.copytree(repo / "mlexp", site / "mlexp", ignore=shutil.ignore_patterns("__pycache__"))
     elif req.endswith(".whl"):
         name = Path(req).name            # pip refuses a wheel whose name is not name-version-tags.whl
         if name.count("-") != 4 or " " in name:
@@ -137,11 +137,13 @@ def _venv_site() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
 
 
-def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import_torch=False) -> tuple:
+def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import_torch=False,
+              repo: Path = REPO) -> tuple:
     """Run ``source`` as the setup cell in a simulated kernel; returns (report, pip calls).
 
     Colab's folder /content is ``tmp_path/content`` (the cell's COLAB line is rewritten) and the
-    kernel starts there, as on Colab, unless ``cwd`` says otherwise.
+    kernel starts there, as on Colab, unless ``cwd`` says otherwise. ``repo``: what an install
+    from GitHub gets (the student edition that `publish` wrote).
     """
     colab_stub, pip_stub, site, visible, content = (
         tmp_path / n for n in ("colab-stub", "pip-stub", "site", "venv-site", "content"))
@@ -163,7 +165,7 @@ def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     path = [colab_stub] * colab + [pip_stub, site, visible]
     env.update(PYTHONPATH=os.pathsep.join(map(str, path)),
-               SIM_PIP_LOG=str(log), SIM_SITE=str(site), SIM_REPO=str(REPO), SIM_VENV_SITE=str(venv_site),
+               SIM_PIP_LOG=str(log), SIM_SITE=str(site), SIM_REPO=str(repo), SIM_VENV_SITE=str(venv_site),
                SIM_COLAB="1" if colab else "0", SIM_IMPORT_TORCH="1" if import_torch else "0",
                PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run([sys.executable, "-S", str(tmp_path / "runner.py"), str(tmp_path / "cell.py")],
@@ -180,10 +182,20 @@ def _lesson_cell(lesson_id: str) -> str:
     return _setup_cell("lessons", lesson_id)[1].source
 
 
-def _cell_for_a_published_repo(lesson_id: str) -> str:
-    """The lesson's setup cell as it will read once COURSE_REPO is set (it is a placeholder now)."""
-    return lesson_cells.setup_source(TEST_REPO) if lesson_cells.COURSE_REPO == lesson_cells.PLACEHOLDER_REPO \
-        else _lesson_cell(lesson_id).replace(f'COURSE_REPO = "{lesson_cells.COURSE_REPO}"', f'COURSE_REPO = "{TEST_REPO}"')
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory):
+    """The student edition, as `python -m autograder publish OUT --repo TEST_REPO` writes it."""
+    out = tmp_path_factory.mktemp("edition") / "public"
+    assert main(["--course", str(REPO), "publish", str(out), "--repo", TEST_REPO]) == 0
+    return out
+
+
+def _cell_for_a_published_repo(edition: Path, lesson_id: str) -> str:
+    """The lesson's setup cell in the student edition published for TEST_REPO."""
+    nb = nbformat.read(edition / "lessons" / lesson_id / f"{lesson_id}.ipynb", as_version=4)
+    [cell] = [c for c in nb.cells if c.get("id") == lesson_cells.SETUP_ID]
+    assert cell.source == lesson_cells.setup_source(TEST_REPO)
+    return cell.source
 
 
 def _unpublished_cell(lesson_id: str) -> str:
@@ -216,8 +228,9 @@ def _assert_imported_from(report, folder: Path):
 
 
 @pytest.mark.parametrize("lesson_id", [LESSON_IDS[0], LESSON_IDS[-1]])
-def test_published_repo_on_simulated_colab(tmp_path, lesson_id):
-    report, calls = _simulate(tmp_path, _cell_for_a_published_repo(lesson_id), import_torch=lesson_id == LESSON_IDS[0])
+def test_published_repo_on_simulated_colab(tmp_path, lesson_id, edition):
+    report, calls = _simulate(tmp_path, _cell_for_a_published_repo(edition, lesson_id),
+                              import_torch=lesson_id == LESSON_IDS[0], repo=edition)
     _assert_imported_from(report, tmp_path / "site")
     _assert_nothing_kept_was_installed(calls)
     assert calls == [["install", "--quiet", "--no-deps", f"mlexp @ git+https://github.com/{TEST_REPO}@main"]]
@@ -264,8 +277,9 @@ def test_course_folder_uploaded_to_a_subfolder(tmp_path, lesson_id):
     assert calls == []
 
 
-def test_setup_cell_adds_only_missing_small_deps(tmp_path, course_file):
-    report, calls = _simulate(tmp_path, _cell_for_a_published_repo(LESSON_IDS[1]), hide=("tqdm",), import_torch=True)
+def test_setup_cell_adds_only_missing_small_deps(tmp_path, course_file, edition):
+    report, calls = _simulate(tmp_path, _cell_for_a_published_repo(edition, LESSON_IDS[1]), hide=("tqdm",),
+                              import_torch=True, repo=edition)
     assert "error" not in report, report
     _assert_nothing_kept_was_installed(calls)
     assert [a for a in calls[0] if not a.startswith("-")] == ["install", "tqdm>=4.65"]
