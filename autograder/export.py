@@ -310,6 +310,7 @@ class Export:
     notes: list = field(default_factory=list)
     rows: dict = field(default_factory=dict)          # student id -> (record index, display name)
     feedback: list = field(default_factory=list)      # names written into the feedback zip
+    feedback_zip: Path = None
 
 
 class _Gradebook:
@@ -540,7 +541,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     result = Export(lms, Path(gradebook), Path(out))
     result.columns, result.unmatched_lessons = _lesson_columns(book, lessons, term, only)
     students = book.students()
-    changes, graded_rows = {}, set()
+    changes, graded_rows, filled_by = {}, set(), {}
     for row in rows:
         sid, col = row["student_id"], result.columns.get(row["assignment"])
         record = students.get(book.key(sid))
@@ -581,6 +582,12 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
             result.notes.append(f"{sid}: the gradebook's row (line {table.records[record].line}) "
                                 f"has only {len(old)} cells; not filled")
             continue
+        first = filled_by.setdefault((record, col.index), sid)
+        if first != sid:
+            result.notes.append(f"{sid} and {first} both match the gradebook's row "
+                                f"{book.display(record)!r} (line {table.records[record].line}); "
+                                f"{row['assignment']} kept {first}'s grade")
+            continue
         changes[(record, col.index)] = text
         result.filled[(sid, row["assignment"])] = text
         graded_rows.add(record)
@@ -590,6 +597,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     write_table(table, changes, out)
     if feedback is not None:
         result.feedback = write_feedback_zip(lms, out_dir, result, feedback)
+        result.feedback_zip = Path(feedback)
     return result
 
 
@@ -635,7 +643,11 @@ def format_export(result: Export) -> str:
         pts = f"{col.points:g} points" if col.points is not None else "each row's Maximum Grade"
         lines.append(f"  lesson {lesson} -> column {col.header!r} ({pts}): {n} student(s) filled")
     lines.append(f"  {len(result.filled)} cell(s) filled, {result.changed} of them changed from "
-                 "what the LMS had")
+                 "what the LMS had; matched:")
+    for sid, (record, name) in sorted(result.rows.items()):
+        cells = ", ".join(f"{l} {v}" for (s, l), v in sorted(result.filled.items()) if s == sid)
+        lines.append(f"    {ids.printable(sid)} -> {ids.printable(name)!r} (row {record + 1}): "
+                     f"{cells or 'nothing filled'}")
     for lesson, why in sorted(result.unmatched_lessons.items()):
         lines.append(f"  NOT FILLED: lesson {lesson}: {why}")
     if result.unmatched_students:
@@ -649,5 +661,6 @@ def format_export(result: Export) -> str:
     lines.append(f"wrote {result.out}: upload it to {result.lms.capitalize()} (README: Grades back "
                  "into the LMS)")
     if result.feedback:
-        lines.append(f"wrote the feedback zip ({len(result.feedback)} page(s))")
+        lines.append(f"wrote {result.feedback_zip}: {len(result.feedback)} feedback page(s) "
+                     "(README: Grades back into the LMS says where each LMS takes them)")
     return "\n".join(lines)

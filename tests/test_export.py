@@ -143,6 +143,18 @@ def test_canvas_every_cell_is_the_rule_and_the_rest_is_byte_for_byte(canvas, tmp
     text = format_export(result)
     assert "'01 Running sum (1234)' (10 points)" in text and "bob" in text and "Lee, Amy" in text
     assert "03_gates_and_delta_rule" in text
+    assert "smithann_12345 -> 'Smith, Ann' (row 4): 01_running_sum 7.5, 02_fixed_state_recall 20" in text
+    assert "smithann_777 -> 'Smith, Ann' (row 7): 02_fixed_state_recall 6.67" in text
+
+
+def test_two_ids_for_one_gradebook_row_fill_it_once_and_say_so(tmp_path):
+    out, book, term, _ = lms_class(tmp_path, {("smithann_12345", "01_running_sum"): (6, 6),
+                                              ("annsmith_12345", "01_running_sum"): (0, 6)},
+                                   "g.csv", CANVAS.encode(), "(1234)", "(1235)")
+    result = export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term)
+    assert list(result.filled.values()) == ["10"]
+    assert parse((tmp_path / "o.csv").read_bytes(), "utf-8")[3][5] == "10"
+    assert any("both match" in n and "annsmith_12345" in n for n in result.notes)
 
 
 def test_canvas_a_filled_cell_keeps_its_quoting_and_a_row_the_scanner_cannot_follow(tmp_path):
