@@ -29,7 +29,9 @@ of the LMS's own gradebook file with the cells it has a grade for filled in, rea
   column (``up to``) or one shown as a percentage or letter is named as not filled.
 
 Every other byte is kept: rows, columns, quoting, delimiter, encoding (a UTF-8 or UTF-16 byte
-order mark included) and line endings; a student without a grade keeps what the LMS had. No
+order mark included) and line endings (only a filled row holding a cell the csv module reads
+otherwise than it is written, such as ``"Odd"ly``, is written again whole, quoted as the
+header is); a student without a grade keeps what the LMS had. No
 written cell is ever a formula (ids.spreadsheet_safe). What was matched, and what was not
 (students on either side, lessons without a column), is returned and printed.
 
@@ -88,6 +90,7 @@ class Table:
     codec: str
     delimiter: str
     records: list = field(default_factory=list)
+    quote_all: bool = False     # the header quotes every cell (Blackboard): so does a rewritten row
 
     def header(self) -> list:
         return self.records[0].values if self.records else []
@@ -117,15 +120,23 @@ def _delimiter(first_line: str) -> str:
 
 
 def _cell_spans(text: str, start: int, end: int, delimiter: str) -> list:
-    """(start, end) of each cell of the record text[start:end] (RFC 4180 quoting)."""
-    spans, begin, quoted = [], start, False
-    for i in range(start, end):
+    """(start, end) of each cell of the record text[start:end], read as the csv module reads
+    it: a quote opens a quoted cell only as a cell's first character, ``""`` inside is a quote."""
+    spans, begin, i, quoted = [], start, start, False
+    while i < end:
         ch = text[i]
-        if ch == '"':
-            quoted = not quoted     # a doubled quote leaves and re-enters at once
-        elif ch == delimiter and not quoted:
+        if quoted:
+            if ch == '"':
+                if text[i + 1:i + 2] == '"':
+                    i += 1
+                else:
+                    quoted = False
+        elif ch == '"' and i == begin:
+            quoted = True
+        elif ch == delimiter:
             spans.append((begin, i))
             begin = i + 1
+        i += 1
     spans.append((begin, end))
     return spans
 
@@ -167,6 +178,8 @@ def read_table(path) -> Table:
             consumed = reader.line_num
     except csv.Error as exc:
         raise ExportError(f"{path}, line {reader.line_num}: not a valid CSV file ({exc})") from None
+    head = table.records[0].spans or []
+    table.quote_all = bool(head) and all(text[a:a + 1] == '"' for a, _ in head)
     return table
 
 
@@ -189,12 +202,11 @@ def write_table(table: Table, changes: dict, out) -> None:
         by_record.setdefault(r, {})[c] = value
     for r, cells in by_record.items():
         rec = table.records[r]
-        if rec.spans is None:    # rewrite the whole record, quoting every cell as the file does
+        if rec.spans is None:    # rewrite the whole record, quoting its cells as the header does
             values = list(rec.values)
             for c, value in cells.items():
                 values[c] = value
-            edits.append((rec.start, rec.end, _serialise(values, table.delimiter,
-                                                         table.text[rec.start:rec.start + 1] == '"')))
+            edits.append((rec.start, rec.end, _serialise(values, table.delimiter, table.quote_all)))
             continue
         for c, value in cells.items():
             a, b = rec.spans[c]

@@ -159,20 +159,23 @@ def test_two_ids_for_one_gradebook_row_fill_it_once_and_say_so(tmp_path):
 
 def test_canvas_a_filled_cell_keeps_its_quoting_and_a_row_the_scanner_cannot_follow(tmp_path):
     out = graded_class(tmp_path, {("smithann_12345", "01_running_sum"): (3, 6),
-                                  ("leeamy_9", "01_running_sum"): (6, 6)})
+                                  ("leeamy_9", "01_running_sum"): (6, 6),
+                                  ("oddly_31", "01_running_sum"): (6, 6)})
     text = ('Student,ID,SIS User ID,SIS Login ID,Section,01 Running sum (1234)\n'
             '    Points Possible,,,,,5\n'
             '"Smith, Ann","12345",,,A,"1"\n'
-            'Lee "Amy" x,9,,,B,\n'
-            '"=HYPERLINK(""x"")",4,,,B,2\n')
+            'Amy 5" Lee,9,,,B,\n'
+            '"=HYPERLINK(""x"")",4,,,B,2\n'
+            '"Odd"ly,31,,,B,\n')
     book = tmp_path / "g.csv"
     book.write_text(text, newline="")
     term = term_file(tmp_path, "01 Running sum", "x", out)
     export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term)
     lines = (tmp_path / "o.csv").read_bytes().decode().split("\n")
     assert lines[2] == '"Smith, Ann","12345",,,A,"2.5"'          # quoted as the cell was
-    assert lines[3] == 'Lee "Amy" x,9,,,B,5'                     # the odd name kept as it was
+    assert lines[3] == 'Amy 5" Lee,9,,,B,5'                      # a quote inside a cell kept
     assert lines[4] == '"=HYPERLINK(""x"")",4,,,B,2'             # the LMS's own cell untouched
+    assert lines[5] == 'Oddly,31,,,B,5'     # a cell csv reads otherwise than it is written: the row rewritten
     assert "\r" not in (tmp_path / "o.csv").read_bytes().decode()
 
 
