@@ -5,7 +5,7 @@ columns, a student with no submission, a test student), a grades.csv as a graded
 gives it (ids ``smithann_12345``, ``Ann Smith_1001``, ``jsmith``) and a term file; the expected
 file is computed cell by cell from the rule (score / max_score x the column's points, every other
 cell as it was) and compared with what export wrote, then the bytes outside the filled cells.
-The slow test grades a real Canvas zip of the toy course and exports it.
+The slow test grades a real Canvas, Moodle and Blackboard zip of the toy course and exports each.
 """
 import csv
 import io
@@ -388,8 +388,33 @@ def test_read_table_keeps_what_it_read(tmp_path):
 
 # ------------------------------------------------------------------ slow: a real graded zip
 
+# per LMS: the zip's names (full marks, half marks), the gradebook, the cell of each of the two
+# students (row, column) and the third student's untouched cell, the term's column
+GRADED_ZIPS = {
+    "canvas": (["smithann_12345_67890_toy.ipynb", "doejohn_LATE_222_333_toy.ipynb"],
+               "Student,ID,SIS User ID,SIS Login ID,Section,Toy lesson (55),Final Score\n"
+               "    Points Possible,,,,,12.00,(read only)\n"
+               '"Smith, Ann",12345,,,A,,\n"Doe, John",222,,,A,,\n"Lee, Amy",9,,,A,4.00,\n',
+               [(2, 5), (3, 5)], (4, 5, "4.00"), "Toy lesson (55)", ["smithann_12345", "doejohn_222"]),
+    "moodle": (["Ann Smith_1001_assignsubmission_file_/toy.ipynb",
+                "John Doe_1002_assignsubmission_file_/toy.ipynb"],
+               "Identifier,Full name,Email address,Status,Grade,Maximum Grade,Grade can be changed,"
+               "Last modified (submission),Last modified (grade),Feedback comments\n"
+               "Participant 1001,Ann Smith,a@x.edu,Submitted for grading,,12.00,Yes,-,-,\n"
+               "Participant 1002,John Doe,j@x.edu,Submitted for grading,,12.00,Yes,-,-,\n"
+               "Participant 1003,Amy Lee,l@x.edu,No submission,4.00,12.00,Yes,-,-,\n",
+               [(1, 4), (2, 4)], (3, 4, "4.00"), "Toy", ["Ann Smith_1001", "John Doe_1002"]),
+    "blackboard": (["HW 1_asmith_attempt_2026-03-01-10-00-00_toy.ipynb",
+                    "HW 1_jdoe_attempt_2026-03-01-11-00-00_toy.ipynb"],
+                   '"Last Name","First Name","Username","Student ID","Toy lesson [Total Pts: 12 Score] |55"\n'
+                   '"Smith","Ann","asmith","1",""\n"Doe","John","jdoe","2",""\n"Lee","Amy","alee","3","4.00"\n',
+                   [(1, 4), (2, 4)], (3, 4, "4.00"), "Toy lesson", ["asmith", "jdoe"]),
+}
+
+
 @pytest.mark.slow
-def test_a_graded_canvas_zip_goes_back_into_its_gradebook(tmp_path):
+@pytest.mark.parametrize("lms_name", sorted(GRADED_ZIPS))
+def test_a_graded_lms_zip_goes_back_into_its_gradebook(tmp_path, lms_name):
     import nbformat
 
     from autograder.build import build
@@ -398,6 +423,7 @@ def test_a_graded_canvas_zip_goes_back_into_its_gradebook(tmp_path):
     from autograder.options import GradingOptions
     from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, make_toy_course
 
+    names, gradebook, cells, untouched, column, students = GRADED_ZIPS[lms_name]
     course = make_toy_course(tmp_path / "course")
     build(course)
     lesson = nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
@@ -406,23 +432,22 @@ def test_a_graded_canvas_zip_goes_back_into_its_gradebook(tmp_path):
     half = nbformat.writes(student_notebook(lesson, {"mul": MUL_SOLUTION})).encode()
     zpath = tmp_path / "submissions.zip"
     with zipfile.ZipFile(zpath, "w") as zf:
-        zf.writestr(f"smithann_12345_67890_{NOTEBOOK}", good)
-        zf.writestr(f"doejohn_LATE_222_333_{NOTEBOOK}", half)
+        for name, nb in zip(names, (good, half)):
+            zf.writestr(name, nb)
     out = tmp_path / "out"
     results = {r.student: r for r in grade_class(course, zpath, out, options=GradingOptions(cell_timeout=30),
                                                  progress=False, jobs=1)}
-    book = tmp_path / "grades.csv"
-    book.write_text("Student,ID,SIS User ID,SIS Login ID,Section,Toy lesson (55),Final Score\n"
-                    "    Points Possible,,,,,12.00,(read only)\n"
-                    '"Smith, Ann",12345,,,A,,\n"Doe, John",222,,,A,,\n"Lee, Amy",9,,,A,4.00,\n')
-    (tmp_path / "t.toml").write_text('[lessons.toy]\nlms_column = "Toy lesson (55)"\n')
+    assert sorted(results) == sorted(students)
+    book = tmp_path / ("Grades-ML-Toy-5.csv" if lms_name == "moodle" else "gradebook.csv")
+    book.write_text(gradebook)
+    (tmp_path / "t.toml").write_text(f'[lessons.toy]\nlms_column = "{column}"\n')
     term = term_for(tmp_path / "t.toml", out)
     z = tmp_path / "fb.zip"
-    export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term, feedback=z)
+    export_gradebook(out, lms_name, book, tmp_path / "o.csv", term=term, feedback=z)
     got = list(csv.reader(open(tmp_path / "o.csv", newline="")))
-    for i, sid in ((2, "smithann_12345"), (3, "doejohn_222")):
-        r = results[sid]
-        assert float(got[i][5]) == pytest.approx(r.score / r.max_score * 12, abs=0.005)
-    assert got[2][5] == "12" and float(got[3][5]) < 12 and got[4][5] == "4.00"
+    for (r, c), sid in zip(cells, students):
+        assert float(got[r][c]) == pytest.approx(results[sid].score / results[sid].max_score * 12, abs=0.005)
+    assert got[cells[0][0]][cells[0][1]] == "12" and float(got[cells[1][0]][cells[1][1]]) < 12
+    assert got[untouched[0]][untouched[1]] == untouched[2]
     with zipfile.ZipFile(z) as zf:
-        assert len(zf.namelist()) == 2 and all(n.startswith("toy/") for n in zf.namelist())
+        assert len(zf.namelist()) == 2
