@@ -79,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the term file: its lms_column entries name each lesson's column")
     e.add_argument("--lesson", metavar="ID",
                    help="Moodle: the lesson this worksheet is for (default: the lesson whose "
-                        "lms_column is in the worksheet's file name, or grades.csv's only one)")
+                        "lms_column is in the worksheet's file name, or grades.csv's only one); "
+                        "Canvas, Blackboard: fill only this lesson's column")
     e.add_argument("--feedback", metavar="ZIP",
                    help="also write the feedback pages as the LMS takes them back (Moodle: its "
                         "feedback files zip; Canvas, Blackboard: one page per student)")

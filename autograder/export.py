@@ -540,7 +540,8 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     ``out_dir`` and write it to ``out``; with ``feedback``, also write the feedback zip.
 
     ``lms``: canvas, moodle or blackboard. ``term``: a :class:`autograder.term.Term` (its
-    lms_column map), or None. ``lesson``: for Moodle, the lesson the worksheet is for. Returns an
+    lms_column map), or None. ``lesson``: for Moodle, the lesson the worksheet is for; for
+    Canvas and Blackboard, fill only that lesson's column (None: every lesson). Returns an
     :class:`Export` (format_export prints it). Raises ExportError on a file it cannot use.
     """
     if lms not in GRADEBOOKS:
@@ -549,7 +550,13 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     table = read_table(gradebook)
     book = GRADEBOOKS[lms](table)
     lessons = {r["assignment"] for r in rows}
-    only = _moodle_lesson(book, lessons, term, lesson, gradebook) if lms == "moodle" else None
+    if lms == "moodle":
+        only = _moodle_lesson(book, lessons, term, lesson, gradebook)
+    elif lesson is not None and lesson not in lessons:
+        raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
+                          f"(it has {', '.join(sorted(lessons)) or 'none'})")
+    else:
+        only = lesson
     result = Export(lms, Path(gradebook), Path(out))
     result.columns, result.unmatched_lessons = _lesson_columns(book, lessons, term, only)
     students = book.students()

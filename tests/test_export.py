@@ -147,6 +147,16 @@ def test_canvas_every_cell_is_the_rule_and_the_rest_is_byte_for_byte(canvas, tmp
     assert "smithann_777 -> 'Smith, Ann' (row 7): 02_fixed_state_recall 6.67" in text
 
 
+def test_lesson_limits_canvas_to_one_column(canvas, tmp_path):
+    out, book, term, _ = canvas
+    result = export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term, lesson="02_fixed_state_recall")
+    assert sorted(result.filled) == [("smithann_12345", "02_fixed_state_recall"),
+                                     ("smithann_777", "02_fixed_state_recall")]
+    assert parse((tmp_path / "o.csv").read_bytes(), "utf-8-sig")[3][5] == "3.00"   # 01 as it was
+    with pytest.raises(ExportError, match="--lesson 05_inattention: grades.csv has no grades"):
+        export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term, lesson="05_inattention")
+
+
 def test_two_ids_for_one_gradebook_row_fill_it_once_and_say_so(tmp_path):
     out, book, term, _ = lms_class(tmp_path, {("smithann_12345", "01_running_sum"): (6, 6),
                                               ("annsmith_12345", "01_running_sum"): (0, 6)},
