@@ -247,6 +247,8 @@ def _final_rows(out_dir, term=None) -> list:
     except FileNotFoundError:
         raise ExportError(f"No grades.csv in {out_dir}: run `python -m autograder grade "
                           f"SUBMISSIONS --out {out_dir}` first.") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ExportError(f"{path} is not the UTF-8 CSV file grade writes ({exc})") from None
     need = ["student_id", "assignment", "score", "max_score"]
     missing = [c for c in need if c not in fields]
     if missing:
@@ -271,7 +273,9 @@ def term_for(path, out_dir):
     the class in ``out_dir`` was graded on (a course of other lessons than this one's)."""
     from .course import LESSONS
     from .term import load_term
-    graded = {r["assignment"] for r in _final_rows(out_dir)} if (Path(out_dir) / "grades.csv").is_file() else set()
+    graded = set()
+    if (Path(out_dir) / "grades.csv").is_file():
+        graded = {r["assignment"] for r in _final_rows(out_dir)}
     return load_term(path, set(LESSONS) | graded)
 
 
