@@ -1,4 +1,4 @@
-"""Command line: build, publish, grade, report, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
+"""Command line: build, publish, grade, report, export, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
 import argparse
 import sys
 import time
@@ -76,6 +76,25 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--similarity", type=float, default=None, metavar="FRACTION",
                    help="list pairs of students who share at least this fraction of their answer "
                         "code (default 0.8)")
+
+    e = sub.add_parser("export", help="fill in the gradebook file Canvas, Moodle or Blackboard "
+                                      "downloads with a graded class's scores, to upload back")
+    e.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
+    e.add_argument("--lms", required=True, choices=["canvas", "moodle", "blackboard"])
+    e.add_argument("--gradebook", required=True, metavar="FILE",
+                   help="the file the LMS downloads: Canvas's gradebook export (.csv), Moodle's "
+                        "grading worksheet (.csv), Blackboard's Grade Centre download (.xls/.csv)")
+    e.add_argument("--out", dest="dest", required=True, metavar="FILE",
+                   help="where to write the filled-in copy (the gradebook itself is not changed)")
+    e.add_argument("--term", metavar="FILE",
+                   help="the term file: its lms_column entries name each lesson's column")
+    e.add_argument("--lesson", metavar="ID",
+                   help="Moodle: the lesson this worksheet is for (default: the lesson whose "
+                        "lms_column is in the worksheet's file name, or grades.csv's only one); "
+                        "Canvas, Blackboard: fill only this lesson's column")
+    e.add_argument("--feedback", metavar="ZIP",
+                   help="also write the feedback pages as the LMS takes them back (Moodle: its "
+                        "feedback files zip; Canvas, Blackboard: one page per student)")
 
     d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
     d.add_argument("--check", action="store_true",
@@ -318,6 +337,16 @@ def _publish(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    from .export import export_gradebook, format_export, term_for
+    term = term_for(args.term, Path(args.out)) if args.term else None
+    result = export_gradebook(Path(args.out), args.lms, Path(args.gradebook), Path(args.dest),
+                              term=term, lesson=args.lesson,
+                              feedback=Path(args.feedback) if args.feedback else None)
+    print(format_export(result))
+    return 0
+
+
 def _check(args) -> int:
     from .check import check_notebook, format_report
     results, notes = check_notebook(args.notebook, from_arguments(args), course=args.course)
@@ -362,7 +391,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"build": _build, "grade": _grade, "check": _check, "demo": _demo, "publish": _publish,
-                "report": _report, "seeds": _seeds}[args.command](args)
+                "report": _report, "export": _export, "seeds": _seeds}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,689 @@
+"""Grades back into the LMS: fill in the gradebook file Canvas, Moodle or Blackboard downloads.
+
+``python -m autograder export DIR --lms canvas|moodle|blackboard --gradebook FILE --out FILE``
+reads the final scores of a graded class (DIR/grades.csv, :func:`_final_rows`) and writes a copy
+of the LMS's own gradebook file with the cells it has a grade for filled in, ready to upload:
+
+- **Canvas**, the gradebook export (Grades > Export > Export Entire Gradebook): a header row
+  ``Student, ID, SIS User ID, SIS Login ID, [Integration ID,] Section``, one column per
+  assignment named ``<title> (<assignment id>)``, totals columns; a second row whose first cell
+  is ``Points Possible`` holds each column's points (``(read only)`` for totals); Canvas may add
+  rows such as ``Muted`` or ``Manual Posting``. A student is matched by the trailing number of
+  the id a Canvas submissions zip gives (``smithann_12345`` -> ID ``12345``); a lesson by its
+  term file ``lms_column`` (the header, or just its ``(1234)``); its score is scaled to the
+  column's points possible.
+- **Moodle**, the assignment's grading worksheet (View all submissions > Download grading
+  worksheet): ``Identifier`` (``Participant 1001``), ``Full name``, ..., ``Grade``, ``Maximum
+  Grade``, ``Grade can be changed``, ``Last modified (submission)``, ``Last modified (grade)``,
+  ``Feedback comments``. A worksheet is one assignment, so it fills one lesson: ``--lesson ID``,
+  else the lesson whose ``lms_column`` (the assignment's name in Moodle) appears in the
+  worksheet's file name (Moodle names it ``Grades-<course>-<assignment>-<cmid>.csv``), else the
+  only lesson grades.csv holds. A student is matched by the participant id a Moodle zip gives
+  (``Ann Smith_1001`` -> ``Participant 1001``); the score is scaled to the row's Maximum Grade
+  (Moodle refuses a grade above it, so a larger one is capped, and said).
+- **Blackboard**, the Grade Centre's Work Offline > Download (tab-delimited ``.xls``, often
+  UTF-16, or comma-separated): ``Last Name, First Name, Username, Student ID, ...`` and columns
+  ``<name> [Total Pts: 10 Score] |123456``. A student is matched by user name (the id a
+  Blackboard zip gives), a lesson by ``lms_column`` (the header, its name or its ``|123456``);
+  the score is scaled to the header's Total Pts. Only Score columns are filled: a calculated
+  column (``up to``) or one shown as a percentage or letter is named as not filled.
+
+Every other byte is kept: rows, columns, quoting, delimiter, encoding (a UTF-8 or UTF-16 byte
+order mark included) and line endings (only a filled row holding a cell the csv module reads
+otherwise than it is written, such as ``"Odd"ly``, is written again whole, quoted as the
+header is); a student without a grade keeps what the LMS had. No
+written cell is ever a formula (ids.spreadsheet_safe). What was matched, and what was not
+(students on either side, lessons without a column), is returned and printed.
+
+With ``--feedback ZIP`` it also writes the feedback pages (DIR/feedback/<student>/<lesson>/)
+the way the LMS takes them back: for Moodle the "upload multiple feedback files in a zip"
+layout, one folder per student named as in its submissions download
+(``Ann Smith_1001_assignsubmission_file_/<lesson>_feedback.html``); for Canvas and Blackboard a
+folder per lesson with one page per student, named after the student as the gradebook shows them
+and their id (``01_running_sum/Smith, Ann (smithann_12345).html``), to attach in SpeedGrader or
+the Grade Centre.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ids
+
+__all__ = ["LMS", "ExportError", "Table", "read_table", "write_table", "export_gradebook",
+           "Export", "format_export", "term_for", "write_feedback_zip"]
+
+LMS = ("canvas", "moodle", "blackboard")
+BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+_ENDING = re.compile(r"(?:\r\n|\r|\n)\Z")
+
+
+class ExportError(ValueError):
+    """The gradebook or grades.csv cannot be read, or holds nothing this export can fill."""
+
+
+# ------------------------------------------------------------------ delimited files, kept raw
+
+@dataclass
+class Record:
+    """One CSV record: its cells' values and where it and each cell's raw text lie in the file."""
+    values: list
+    spans: list          # (start, end) in Table.text of each cell, quotes included; None: unknown
+    start: int           # the record in Table.text[start:end], without its line ending
+    end: int
+    line: int            # 1-based line the record starts on
+
+
+@dataclass
+class Table:
+    """A delimited text file read so that it can be written back changed in single cells."""
+    path: Path
+    text: str
+    bom: bytes
+    codec: str
+    delimiter: str
+    records: list = field(default_factory=list)
+    quote_all: bool = False     # the header quotes every cell (Blackboard): so does a rewritten row
+
+    def header(self) -> list:
+        return self.records[0].values if self.records else []
+
+
+def _decode(data: bytes, path: Path) -> tuple:
+    for bom, codec in BOMS:
+        if data.startswith(bom):
+            try:
+                return data[len(bom):].decode(codec), bom, codec
+            except UnicodeDecodeError as exc:
+                raise ExportError(f"{path}: starts with a {codec} byte order mark but is not "
+                                  f"{codec} ({exc})") from None
+    for codec in ("utf-8", "cp1252"):    # cp1252: a file re-saved by Excel on Windows
+        try:
+            return data.decode(codec), b"", codec
+        except UnicodeDecodeError:
+            continue
+    raise ExportError(f"{path}: neither UTF-8 nor Windows-1252 text; download the gradebook "
+                      "again and upload it unchanged")
+
+
+def _delimiter(first_line: str) -> str:
+    """Tab when the header row has more tabs than commas outside quotes, else comma."""
+    outside = re.sub(r'"[^"]*"', "", first_line)
+    return "\t" if outside.count("\t") > outside.count(",") else ","
+
+
+def _cell_spans(text: str, start: int, end: int, delimiter: str) -> list:
+    """(start, end) of each cell of the record text[start:end], read as the csv module reads
+    it: a quote opens a quoted cell only as a cell's first character, ``""`` inside is a quote."""
+    spans, begin, i, quoted = [], start, start, False
+    while i < end:
+        ch = text[i]
+        if quoted:
+            if ch == '"':
+                if text[i + 1:i + 2] == '"':
+                    i += 1
+                else:
+                    quoted = False
+        elif ch == '"' and i == begin:
+            quoted = True
+        elif ch == delimiter:
+            spans.append((begin, i))
+            begin = i + 1
+        i += 1
+    spans.append((begin, end))
+    return spans
+
+
+def _unquote(raw: str) -> str:
+    return raw[1:-1].replace('""', '"') if len(raw) >= 2 and raw[0] == raw[-1] == '"' else raw
+
+
+def read_table(path) -> Table:
+    """Read a CSV or tab-delimited file with the csv module, keeping its raw text and layout.
+
+    Raises ExportError naming the file when it is missing, empty or not text.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ExportError(f"No gradebook file at {path}.") from None
+    text, bom, codec = _decode(data, path)
+    lines = _LINE.findall(text)
+    if not lines or not lines[0].strip():
+        raise ExportError(f"{path} is empty or its first line is blank; it should start with "
+                          "the gradebook's header row")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    table = Table(path, text, bom, codec, _delimiter(lines[0]))
+    reader = csv.reader(iter(lines), delimiter=table.delimiter, strict=False)
+    consumed = 0
+    try:
+        for values in reader:
+            start, end = offsets[consumed], offsets[reader.line_num]
+            ending = _ENDING.search(text, start, end)
+            end = ending.start() if ending else end
+            spans = _cell_spans(text, start, end, table.delimiter) if values else []
+            if [_unquote(text[a:b]) for a, b in spans] != values:
+                spans = None        # a layout this scanner does not follow: rewrite the record
+            table.records.append(Record(values, spans, start, end, consumed + 1))
+            consumed = reader.line_num
+    except csv.Error as exc:
+        raise ExportError(f"{path}, line {reader.line_num}: not a valid CSV file ({exc})") from None
+    head = table.records[0].spans or []
+    table.quote_all = bool(head) and all(text[a:a + 1] == '"' for a, _ in head)
+    return table
+
+
+def _serialise(values: list, delimiter: str, quote_all: bool) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, delimiter=delimiter, lineterminator="",
+               quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL).writerow(values)
+    return buf.getvalue()
+
+
+def write_table(table: Table, changes: dict, out) -> None:
+    """Write ``table`` to ``out`` with ``changes`` ({(record index, column index): text}) made.
+
+    Only the changed cells' bytes differ: a new value is quoted when the cell it replaces was
+    quoted (or when it must be), in the file's own delimiter, encoding and byte order mark.
+    """
+    edits = []     # (start, end, new text)
+    by_record = {}
+    for (r, c), value in changes.items():
+        by_record.setdefault(r, {})[c] = value
+    for r, cells in by_record.items():
+        rec = table.records[r]
+        if rec.spans is None:    # rewrite the whole record, quoting its cells as the header does
+            values = list(rec.values)
+            for c, value in cells.items():
+                values[c] = value
+            edits.append((rec.start, rec.end, _serialise(values, table.delimiter, table.quote_all)))
+            continue
+        for c, value in cells.items():
+            a, b = rec.spans[c]
+            quoted = table.text[a:a + 1] == '"'
+            edits.append((a, b, _serialise([value], table.delimiter, quoted)))
+    text, last, parts = table.text, 0, []
+    for a, b, new in sorted(edits):
+        parts += [text[last:a], new]
+        last = b
+    parts.append(text[last:])
+    data = table.bom + "".join(parts).encode(table.codec)
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
+
+
+# ------------------------------------------------------------------------------ grades.csv
+
+def _original(cell: str) -> str:
+    """A grades.csv text cell as it was before ids.spreadsheet_safe added an apostrophe."""
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(ids.FORMULA_PREFIXES) else cell
+
+
+def _final_rows(out_dir, term=None) -> list:
+    """The final score of each (student, lesson) of a graded class: dicts with student_id,
+    assignment, score and max_score (floats), read from ``out_dir``/grades.csv.
+
+    The one place export reads scores from; ``term`` is for the late rules and overrides that
+    decide the final score (today grades.csv's ``score`` is taken as final). Raises ExportError
+    naming the file, row and column of anything unreadable.
+    """
+    path = Path(out_dir) / "grades.csv"
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows, fields = list(reader), reader.fieldnames or []
+    except FileNotFoundError:
+        raise ExportError(f"No grades.csv in {out_dir}: run `python -m autograder grade "
+                          f"SUBMISSIONS --out {out_dir}` first.") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ExportError(f"{path} is not the UTF-8 CSV file grade writes ({exc})") from None
+    need = ["student_id", "assignment", "score", "max_score"]
+    missing = [c for c in need if c not in fields]
+    if missing:
+        raise ExportError(f"{path}: no column {', '.join(missing)} (it has {', '.join(fields)})")
+    out = []
+    for n, row in enumerate(rows, start=2):
+        item = {"student_id": _original(row["student_id"]), "assignment": row["assignment"]}
+        for col in ("score", "max_score"):
+            try:
+                item[col] = float(row[col])
+            except (TypeError, ValueError):
+                raise ExportError(f"{path}, row {n}, column {col}: {row[col]!r} is not a "
+                                  "number") from None
+            if not math.isfinite(item[col]):
+                raise ExportError(f"{path}, row {n}, column {col}: {row[col]!r} is not a number")
+        out.append(item)
+    return out
+
+
+def term_for(path, out_dir):
+    """The term file at ``path``, read with term.load_term for the course's lessons and those
+    the class in ``out_dir`` was graded on (a course of other lessons than this one's)."""
+    from .course import LESSONS
+    from .term import load_term
+    graded = set()
+    if (Path(out_dir) / "grades.csv").is_file():
+        graded = {r["assignment"] for r in _final_rows(out_dir)}
+    return load_term(path, set(LESSONS) | graded)
+
+
+# --------------------------------------------------------------------------- the three LMSs
+
+def _number(cell: str):
+    """A points cell as a float ('10', '10.00', '10,5'), or None."""
+    cell = cell.strip()
+    if "," in cell and "." not in cell:
+        cell = cell.replace(",", ".")
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _points_text(value: float, comma: bool) -> str:
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return text.replace(".", ",") if comma else text
+
+
+def _trailing_number(student_id: str):
+    m = re.search(r"(?:^|_)(\d+)\Z", student_id)
+    return m.group(1) if m else None
+
+
+@dataclass
+class Column:
+    """A gradebook column a lesson fills: index, header, points possible (None: per row)."""
+    index: int
+    header: str
+    points: float = None
+
+
+@dataclass
+class Export:
+    """What an export matched and did: the lines it prints, and the facts tests check."""
+    lms: str
+    gradebook: Path
+    out: Path
+    columns: dict = field(default_factory=dict)       # lesson -> Column
+    filled: dict = field(default_factory=dict)        # (student id, lesson) -> text written
+    changed: int = 0
+    kept: list = field(default_factory=list)          # gradebook students with no grade
+    unmatched_students: list = field(default_factory=list)   # grades.csv ids with no row
+    unmatched_lessons: dict = field(default_factory=dict)    # lesson -> why
+    notes: list = field(default_factory=list)
+    rows: dict = field(default_factory=dict)          # student id -> (record index, display name)
+    feedback: list = field(default_factory=list)      # names written into the feedback zip
+    feedback_zip: Path = None
+
+
+class _Gradebook:
+    """What differs between the LMSs: which rows are students, their keys, the columns."""
+    name = ""
+    id_column = ""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self.head = table.header()
+        if self.id_column not in self.head:
+            raise ExportError(
+                f"{table.path} is not a {self.name} {self.kind}: its first row has no "
+                f"'{self.id_column}' column (it has {', '.join(map(repr, self.head[:8]))}"
+                f"{', ...' if len(self.head) > 8 else ''}). {self.how}")
+        self.id_index = self.head.index(self.id_column)
+
+    def cell(self, record: int, header: str) -> str:
+        values = self.table.records[record].values
+        i = self.head.index(header) if header in self.head else -1
+        return values[i] if 0 <= i < len(values) else ""
+
+    def students(self) -> dict:
+        """gradebook key -> record index, for every row that is a student."""
+        out = {}
+        for r, rec in enumerate(self.table.records[1:], start=1):
+            key = rec.values[self.id_index].strip() if len(rec.values) > self.id_index else ""
+            if key and self.is_student(rec):
+                out.setdefault(self.normal(key), r)
+        return out
+
+    def is_student(self, rec: Record) -> bool:
+        return True
+
+    def normal(self, key: str) -> str:
+        return key
+
+    def display(self, record: int) -> str:
+        return self.table.records[record].values[self.id_index]
+
+    SUFFIX = re.compile(r"(?!)")     # a column's LMS id at the end of its header (group 1)
+    HEADER = None                    # a header with its name in group 'name'
+
+    def find(self, wanted: str):
+        """Index of the column ``wanted`` names: the header itself, its id suffix (Canvas
+        ``(1234)``, Blackboard ``|123456``), or its name without that suffix; None when none
+        or when the name alone fits several columns."""
+        clean = [h.strip() for h in self.head]
+        wanted = wanted.strip()
+        if wanted in clean:
+            return clean.index(wanted)
+        want_id = self.SUFFIX.search(wanted) or re.fullmatch(r"\|?(\d+)", wanted)
+        if want_id:
+            found = [i for i, h in enumerate(clean)
+                     if (m := self.SUFFIX.search(h)) and m.group(1) == want_id.group(1)]
+            if found:
+                return found[0]
+
+        def name(h):
+            m = self.HEADER.match(h) if self.HEADER else None
+            return m["name"] if m else self.SUFFIX.sub("", h)
+        found = [i for i, h in enumerate(clean) if name(h).casefold() == wanted.casefold()]
+        return found[0] if len(found) == 1 else None
+
+
+class _Canvas(_Gradebook):
+    name, kind, id_column = "Canvas", "gradebook export", "ID"
+    how = "In Canvas: Grades > Export > Export Entire Gradebook."
+    SPECIAL = {"points possible", "muted", "manual posting"}
+    SUFFIX = re.compile(r"\s*\((\d+)\)\Z")
+
+    def __init__(self, table):
+        super().__init__(table)
+        self.points_row = next((r for r, rec in enumerate(table.records[1:], start=1)
+                                if rec.values and rec.values[0].strip().lower() == "points possible"),
+                               None)
+        if self.points_row is None:
+            raise ExportError(f"{table.path}: no 'Points Possible' row (Canvas writes it second); "
+                              f"{self.how}")
+
+    def is_student(self, rec):
+        return rec.values[0].strip().lower() not in self.SPECIAL
+
+    def key(self, student_id):
+        return _trailing_number(student_id) or student_id
+
+    def display(self, record):
+        return self.table.records[record].values[0] or super().display(record)
+
+    def column(self, lesson, wanted) -> tuple:
+        i = self.find(wanted)
+        if i is None:
+            return None, _no_column(wanted, self.head[5:])
+        values = self.table.records[self.points_row].values
+        points = _number(values[i]) if i < len(values) else None
+        if points is None:
+            return None, (f"column {self.head[i]!r} has no points possible "
+                          f"({values[i] if i < len(values) else ''!r}): a read-only column")
+        return Column(i, self.head[i], points), ""
+
+
+class _Moodle(_Gradebook):
+    name, kind, id_column = "Moodle", "grading worksheet", "Identifier"
+    how = ("In Moodle: the assignment > View all submissions > Grading action: Download grading "
+           "worksheet (with 'Offline grading worksheet' on in its Feedback types).")
+
+    def __init__(self, table):
+        super().__init__(table)
+        for col in ("Grade", "Maximum Grade"):
+            if col not in self.head:
+                raise ExportError(f"{table.path}: no '{col}' column; {self.how}")
+
+    def normal(self, key):
+        return _trailing_number(key.replace(" ", "_")) or key
+
+    def key(self, student_id):
+        return _trailing_number(student_id) or student_id
+
+    def display(self, record):
+        return self.cell(record, "Full name") or super().display(record)
+
+    def column(self, lesson, wanted):
+        return Column(self.head.index("Grade"), "Grade"), ""
+
+
+class _Blackboard(_Gradebook):
+    name, kind, id_column = "Blackboard", "Grade Centre download", "Username"
+    how = ("In Blackboard: Grade Centre > Full Grade Centre > Work Offline > Download (Full Grade "
+           "Centre, tab or comma delimited).")
+    HEADER = re.compile(r"(?P<name>.*?)\s*\[Total Pts: (?P<up>up to )?(?P<pts>[\d.,]+) "
+                        r"(?P<kind>[^\]]+)\]\s*\|(?P<id>\d+)\Z")
+    SUFFIX = re.compile(r"\s*\|(\d+)\Z")
+
+    def normal(self, key):
+        return key.casefold()
+
+    def key(self, student_id):
+        return student_id.strip().casefold()
+
+    def display(self, record):
+        last, first = self.cell(record, "Last Name"), self.cell(record, "First Name")
+        return f"{last}, {first}" if last or first else super().display(record)
+
+    def column(self, lesson, wanted):
+        i = self.find(wanted)
+        if i is None:
+            return None, _no_column(wanted, [h for h in self.head if self.HEADER.match(h)])
+        m = self.HEADER.match(self.head[i])
+        if not m:
+            return None, f"column {self.head[i]!r} has no '[Total Pts: N Score] |id' in its name"
+        if m["up"] or m["kind"] != "Score":
+            return None, (f"column {self.head[i]!r} is {'a calculated' if m['up'] else 'a ' + m['kind']}"
+                          " column; only a Score column takes grades (set the column's primary "
+                          "display to Score in Blackboard)")
+        return Column(i, self.head[i], _number(m["pts"])), ""
+
+
+GRADEBOOKS = {"canvas": _Canvas, "moodle": _Moodle, "blackboard": _Blackboard}
+
+
+def _no_column(wanted: str, candidates) -> str:
+    shown = ", ".join(repr(c) for c in list(candidates)[:12]) or "none"
+    return f"no column {wanted!r} in the gradebook (its assignment columns: {shown})"
+
+
+def _lesson_columns(book, lessons, term, only=None) -> tuple:
+    """lesson -> Column, and lesson -> why not, for the lessons grades.csv holds."""
+    from .course import LESSONS
+    columns, missing = {}, {}
+    for lesson in sorted(lessons):
+        if only is not None and lesson != only:
+            continue
+        wanted = term.lesson(lesson).lms_column if term is not None else None
+        if wanted is None and isinstance(book, _Moodle):
+            wanted = lesson
+        if wanted is None:     # no term file entry: the lesson's id or its title as column name
+            for guess in (lesson, getattr(LESSONS.get(lesson), "title", None)):
+                if guess and book.find(guess) is not None:
+                    wanted = guess
+                    break
+            else:
+                missing[lesson] = ("no lms_column for it in the term file, and no column is "
+                                   "named after the lesson (give --term FILE with "
+                                   f"[lessons.{lesson}] lms_column = \"...\")")
+                continue
+        col, why = book.column(lesson, wanted)
+        if col is None:
+            missing[lesson] = why
+        else:
+            columns[lesson] = col
+    return columns, missing
+
+
+def _moodle_lesson(book, lessons, term, lesson, path) -> str:
+    """The one lesson a Moodle worksheet is for (module docstring says how it is chosen)."""
+    if lesson is not None:
+        if lesson not in lessons:
+            raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
+                              f"(it has {', '.join(sorted(lessons)) or 'none'})")
+        return lesson
+    named = [l for l in lessons if term is not None and term.lesson(l).lms_column
+             and term.lesson(l).lms_column.casefold() in Path(path).name.casefold()]
+    if len(named) == 1:
+        return named[0]
+    if len(lessons) == 1:
+        return next(iter(lessons))
+    raise ExportError(f"{path}: a Moodle grading worksheet holds one assignment; say which "
+                      f"lesson it is with --lesson (one of {', '.join(sorted(lessons))}), or name "
+                      "the assignment in the term file's lms_column as in the worksheet's file name")
+
+
+def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
+                     feedback=None) -> Export:
+    """Fill the LMS gradebook file ``gradebook`` with the final scores of the class graded into
+    ``out_dir`` and write it to ``out``; with ``feedback``, also write the feedback zip.
+
+    ``lms``: canvas, moodle or blackboard. ``term``: a :class:`autograder.term.Term` (its
+    lms_column map), or None. ``lesson``: for Moodle, the lesson the worksheet is for; for
+    Canvas and Blackboard, fill only that lesson's column (None: every lesson). Returns an
+    :class:`Export` (format_export prints it). Raises ExportError on a file it cannot use.
+    """
+    if lms not in GRADEBOOKS:
+        raise ExportError(f"--lms {lms!r}: one of {', '.join(LMS)}")
+    rows = _final_rows(out_dir, term)
+    table = read_table(gradebook)
+    book = GRADEBOOKS[lms](table)
+    lessons = {r["assignment"] for r in rows}
+    if lms == "moodle":
+        only = _moodle_lesson(book, lessons, term, lesson, gradebook)
+    elif lesson is not None and lesson not in lessons:
+        raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
+                          f"(it has {', '.join(sorted(lessons)) or 'none'})")
+    else:
+        only = lesson
+    result = Export(lms, Path(gradebook), Path(out))
+    result.columns, result.unmatched_lessons = _lesson_columns(book, lessons, term, only)
+    students = book.students()
+    changes, graded_rows, filled_by = {}, set(), {}
+    for row in rows:
+        sid, col = row["student_id"], result.columns.get(row["assignment"])
+        record = students.get(book.key(sid))
+        if record is None:
+            if sid not in result.unmatched_students and (only is None or row["assignment"] == only):
+                result.unmatched_students.append(sid)
+            continue
+        result.rows[sid] = (record, book.display(record))
+        if col is None:
+            continue
+        points, comma = col.points, False
+        if points is None:      # Moodle: per row
+            max_cell = book.cell(record, "Maximum Grade")
+            points, comma = _number(max_cell), "," in max_cell and "." not in max_cell
+            if points is None:
+                result.notes.append(f"{sid}: Maximum Grade {max_cell!r} is not a number; "
+                                    "not filled")
+                continue
+        if row["max_score"] <= 0:
+            result.notes.append(f"{sid}, {row['assignment']}: max_score is 0 in grades.csv; "
+                                "nothing to scale, not filled")
+            continue
+        value = row["score"] / row["max_score"] * points
+        if value < 0:
+            result.notes.append(f"{sid}, {row['assignment']}: score {row['score']:g} is below 0; "
+                                "not filled")
+            continue
+        if lms == "moodle" and value > points:
+            result.notes.append(f"{sid}: {value:g} capped at the Maximum Grade {points:g} "
+                                "(Moodle refuses a larger grade)")
+            value = points
+        text = ids.spreadsheet_safe(_points_text(value, comma))
+        if lms == "moodle" and book.cell(record, "Grade can be changed").strip().lower() == "no":
+            result.notes.append(f"{sid}: the worksheet says 'Grade can be changed: No' (locked "
+                                "or overridden in the gradebook); Moodle will skip this grade")
+        old = table.records[record].values
+        if col.index >= len(old):
+            result.notes.append(f"{sid}: the gradebook's row (line {table.records[record].line}) "
+                                f"has only {len(old)} cells; not filled")
+            continue
+        first = filled_by.setdefault((record, col.index), sid)
+        if first != sid:
+            result.notes.append(f"{sid} and {first} both match the gradebook's row "
+                                f"{book.display(record)!r} (line {table.records[record].line}); "
+                                f"{row['assignment']} kept {first}'s grade")
+            continue
+        changes[(record, col.index)] = text
+        result.filled[(sid, row["assignment"])] = text
+        graded_rows.add(record)
+        if _number(old[col.index]) != _number(text):
+            result.changed += 1
+    result.kept = [book.display(r) for r in sorted(set(students.values()) - graded_rows)]
+    write_table(table, changes, out)
+    if feedback is not None:
+        result.feedback = write_feedback_zip(lms, out_dir, result, feedback)
+        result.feedback_zip = Path(feedback)
+    return result
+
+
+# ------------------------------------------------------------------------------ feedback zip
+
+def _feedback_page(out_dir: Path, student: str, lesson: str):
+    folder = Path(out_dir) / "feedback" / ids.folder_name(student) / lesson
+    page = folder / f"{lesson}.html"
+    if page.is_file():
+        return page
+    pages = sorted(folder.glob("*.html")) if folder.is_dir() else []
+    return pages[0] if len(pages) == 1 else None
+
+
+def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
+    """Write the feedback pages of every filled cell into the zip at ``path``, as the LMS takes
+    them back (module docstring); returns the names written. A missing page becomes a note."""
+    names = []
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for sid, lesson in sorted(result.filled):
+            page = _feedback_page(out_dir, sid, lesson)
+            if page is None:
+                result.notes.append(f"{sid}, {lesson}: no feedback page in "
+                                    f"{Path(out_dir) / 'feedback'}; none packed")
+                continue
+            if lms == "moodle":    # Moodle's download layout: <Full Name>_<id>_assignsubmission_file_/
+                name = f"{ids.folder_name(sid)}_assignsubmission_file_/{lesson}_feedback.html"
+            else:
+                who = ids.folder_name(f"{result.rows[sid][1]} ({sid})")
+                name = f"{lesson}/{who}.html"
+            zf.write(page, name)
+            names.append(name)
+    os.replace(tmp, path)
+    return names
+
+
+def format_export(result: Export) -> str:
+    """The lines `export` prints: columns matched, cells filled, and everything not matched."""
+    lines = [f"{result.lms} gradebook {result.gradebook}:"]
+    for lesson, col in sorted(result.columns.items()):
+        n = sum(1 for (_, l) in result.filled if l == lesson)
+        pts = f"{col.points:g} points" if col.points is not None else "each row's Maximum Grade"
+        lines.append(f"  lesson {lesson} -> column {col.header!r} ({pts}): {n} student(s) filled")
+    lines.append(f"  {len(result.filled)} cell(s) filled, {result.changed} of them changed from "
+                 "what the LMS had; matched:")
+    for sid, (record, name) in sorted(result.rows.items()):
+        cells = ", ".join(f"{l} {v}" for (s, l), v in sorted(result.filled.items()) if s == sid)
+        lines.append(f"    {ids.printable(sid)} -> {ids.printable(name)!r} (row {record + 1}): "
+                     f"{cells or 'nothing filled'}")
+    for lesson, why in sorted(result.unmatched_lessons.items()):
+        lines.append(f"  NOT FILLED: lesson {lesson}: {why}")
+    if result.unmatched_students:
+        lines.append(f"  NOT FOUND in the gradebook ({len(result.unmatched_students)} student(s) "
+                     "of grades.csv, their grades not written): " +
+                     ", ".join(ids.printable(s) for s in result.unmatched_students))
+    if result.kept:
+        lines.append(f"  kept as the LMS had ({len(result.kept)} student(s) of the gradebook with "
+                     "no grade here): " + "; ".join(ids.printable(s) for s in result.kept))
+    lines += [f"  note: {ids.printable(n)}" for n in result.notes]
+    lines.append(f"wrote {result.out}: upload it to {result.lms.capitalize()} (README: Grades back "
+                 "into the LMS)")
+    if result.feedback:
+        lines.append(f"wrote {result.feedback_zip}: {len(result.feedback)} feedback page(s) "
+                     "(README: Grades back into the LMS says where each LMS takes them)")
+    return "\n".join(lines)

@@ -1,0 +1,463 @@
+"""`export`: grades back into the gradebook file each LMS downloads (issue 24, item 4).
+
+Each test writes a gradebook in the LMS's documented layout (header rows, totals and other
+columns, a student with no submission, a test student), a grades.csv as a graded zip of that LMS
+gives it (ids ``smithann_12345``, ``Ann Smith_1001``, ``jsmith``) and a term file; the expected
+file is computed cell by cell from the rule (score / max_score x the column's points, every other
+cell as it was) and compared with what export wrote, then the bytes outside the filled cells.
+The slow test grades a real Canvas, Moodle and Blackboard zip of the toy course and exports each.
+"""
+import csv
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder import lms
+from autograder.cli import main
+from autograder.export import ExportError, export_gradebook, format_export, read_table, term_for
+from autograder.grade import Result, write_csv
+from autograder.ids import FORMULA_PREFIXES, folder_name
+
+TERM = """
+[lessons.01_running_sum]
+lms_column = "{c1}"
+[lessons.02_fixed_state_recall]
+lms_column = "{c2}"
+"""
+
+
+def graded_class(tmp_path: Path, scores: dict, pages=True) -> Path:
+    """DIR with grades.csv ((student, lesson) -> (score, max)) and a feedback page per row."""
+    out = tmp_path / "graded"
+    out.mkdir()
+    results = [Result(s, a, score=sc, max_score=mx) for (s, a), (sc, mx) in scores.items()]
+    write_csv(out / "grades.csv", results, [])
+    for (s, a) in scores:
+        if pages:
+            page = out / "feedback" / folder_name(s) / a / f"{a}.html"
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_text(f"<html><body>feedback for {s} on {a}</body></html>")
+    return out
+
+
+def term_file(tmp_path: Path, c1: str, c2: str, out: Path):
+    path = tmp_path / "term.toml"
+    path.write_text(TERM.format(c1=c1, c2=c2))
+    return term_for(path, out)
+
+
+def lms_class(tmp_path: Path, scores: dict, name: str, data: bytes, c1: str, c2: str) -> tuple:
+    """(DIR, gradebook path, term, scores): a graded class and the LMS's file ``name``."""
+    out = graded_class(tmp_path, scores)
+    book = tmp_path / name
+    book.write_bytes(data)
+    return out, book, term_file(tmp_path, c1, c2, out), scores
+
+
+def parse(data: bytes, codec: str, delimiter=",") -> list:
+    return list(csv.reader(io.StringIO(data.decode(codec), newline=""), delimiter=delimiter))
+
+
+def expected_cells(original: list, fills: dict) -> list:
+    """The original rows with fills ((row index, column index) -> points) applied."""
+    rows = [list(r) for r in original]
+    for (r, c), value in fills.items():
+        rows[r][c] = value
+    return rows
+
+
+def assert_cells(got: list, want: list):
+    """Every cell equal; a number written by export equal to the rule's to 2 decimals."""
+    assert len(got) == len(want), (len(got), len(want))
+    for r, (g, w) in enumerate(zip(got, want)):
+        assert len(g) == len(w), (r, g, w)
+        for c, (gc, wc) in enumerate(zip(g, w)):
+            if isinstance(wc, float):
+                assert float(gc.replace(",", ".")) == pytest.approx(wc, abs=0.005), (r, c, gc, wc)
+                assert not gc.startswith(FORMULA_PREFIXES)
+            else:
+                assert gc == wc, (r, c, gc, wc)
+
+
+def unchanged_lines(before: bytes, after: bytes, codec: str, changed_rows: set):
+    """The physical lines of every row not filled are byte for byte the same."""
+    a = before.decode(codec).splitlines(keepends=True)
+    b = after.decode(codec).splitlines(keepends=True)
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if i not in changed_rows:
+            assert x == y, (i, x, y)
+
+
+# ------------------------------------------------------------------------------------ Canvas
+
+CANVAS = (
+    "Student,ID,SIS User ID,SIS Login ID,Section,01 Running sum (1234),"
+    "02 What a fixed state cannot hold (1235),Notebooks Current Points,Notebooks Final Points,"
+    "Current Score,Unposted Current Score,Final Score,Unposted Final Score\r\n"
+    "    Points Possible,,,,,10.00,20.00,(read only),(read only),(read only),(read only),"
+    "(read only),(read only)\r\n"
+    "    Muted,,,,,,Muted,,,,,,\r\n"
+    '"Smith, Ann",12345,S001,asmith,"ML 101, Section A",3.00,,3.00,3.00,10.00,10.00,10.00,10.00\r\n'
+    '"Doe, John",222,S002,jdoe,"ML 101, Section A",,,,,,,,\r\n'
+    '"Lee, Amy",9,S003,alee,"ML 101, Section B",7.00,15.00,22.00,22.00,73.33,73.33,73.33,73.33\r\n'
+    '"Smith, Ann",777,S004,asmith2,"ML 101, Section B",,,,,,,,\r\n'
+    '"Student, Test",999,,,"ML 101, Section A",,,,,,,,\r\n'
+)
+
+
+@pytest.fixture
+def canvas(tmp_path):
+    scores = {("smithann_12345", "01_running_sum"): (4.5, 6), ("smithann_12345", "02_fixed_state_recall"): (6, 6),
+              ("doejohn_222", "01_running_sum"): (0, 6), ("smithann_777", "02_fixed_state_recall"): (1, 3),
+              ("bob", "01_running_sum"): (6, 6), ("smithann_12345", "03_gates_and_delta_rule"): (2, 4)}
+    # 02 is named by its Canvas id only: the assignment was renamed since the term file was written
+    return lms_class(tmp_path, scores, "2026-12-01T1200_Grades-ML_101.csv",
+                     b"\xef\xbb\xbf" + CANVAS.encode(), "01 Running sum (1234)", "Fixed state (1235)")
+
+
+def test_canvas_every_cell_is_the_rule_and_the_rest_is_byte_for_byte(canvas, tmp_path):
+    out, book, term, scores = canvas
+    dest = tmp_path / "upload.csv"
+    result = export_gradebook(out, "canvas", book, dest, term=term)
+    before, after = book.read_bytes(), dest.read_bytes()
+    assert after.startswith(b"\xef\xbb\xbf") and b"\r\n" in after and after.count(b"\n") == before.count(b"\n")
+    original = parse(before, "utf-8-sig")
+    row = {r[1]: i for i, r in enumerate(original)}   # Canvas user id -> row
+    col = {"01_running_sum": 5, "02_fixed_state_recall": 6}
+    points = {5: 10.0, 6: 20.0}
+    fills = {}
+    for (student, lesson), (score, mx) in scores.items():
+        user_id = student.rsplit("_", 1)[-1]
+        if user_id in row and lesson in col:
+            fills[(row[user_id], col[lesson])] = score / mx * points[col[lesson]]
+    assert len(fills) == 4      # Ann (two lessons), John, the other Ann Smith
+    assert_cells(parse(after, "utf-8-sig"), expected_cells(original, fills))
+    unchanged_lines(before, after, "utf-8-sig", {r for r, _ in fills})
+    assert result.unmatched_students == ["bob"]
+    assert "03_gates_and_delta_rule" in result.unmatched_lessons
+    assert result.kept == ["Lee, Amy", "Student, Test"]     # no submission: as the LMS had them
+    assert result.changed == 4
+    text = format_export(result)
+    assert "'01 Running sum (1234)' (10 points)" in text and "bob" in text and "Lee, Amy" in text
+    assert "03_gates_and_delta_rule" in text
+    assert "smithann_12345 -> 'Smith, Ann' (row 4): 01_running_sum 7.5, 02_fixed_state_recall 20" in text
+    assert "smithann_777 -> 'Smith, Ann' (row 7): 02_fixed_state_recall 6.67" in text
+
+
+def test_lesson_limits_canvas_to_one_column(canvas, tmp_path):
+    out, book, term, _ = canvas
+    result = export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term, lesson="02_fixed_state_recall")
+    assert sorted(result.filled) == [("smithann_12345", "02_fixed_state_recall"),
+                                     ("smithann_777", "02_fixed_state_recall")]
+    assert parse((tmp_path / "o.csv").read_bytes(), "utf-8-sig")[3][5] == "3.00"   # 01 as it was
+    with pytest.raises(ExportError, match="--lesson 05_inattention: grades.csv has no grades"):
+        export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term, lesson="05_inattention")
+
+
+def test_two_ids_for_one_gradebook_row_fill_it_once_and_say_so(tmp_path):
+    out, book, term, _ = lms_class(tmp_path, {("smithann_12345", "01_running_sum"): (6, 6),
+                                              ("annsmith_12345", "01_running_sum"): (0, 6)},
+                                   "g.csv", CANVAS.encode(), "(1234)", "(1235)")
+    result = export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term)
+    assert list(result.filled.values()) == ["10"]
+    assert parse((tmp_path / "o.csv").read_bytes(), "utf-8")[3][5] == "10"
+    assert any("both match" in n and "annsmith_12345" in n for n in result.notes)
+
+
+def test_canvas_a_filled_cell_keeps_its_quoting_and_a_row_the_scanner_cannot_follow(tmp_path):
+    out = graded_class(tmp_path, {("smithann_12345", "01_running_sum"): (3, 6),
+                                  ("leeamy_9", "01_running_sum"): (6, 6),
+                                  ("oddly_31", "01_running_sum"): (6, 6)})
+    text = ('Student,ID,SIS User ID,SIS Login ID,Section,01 Running sum (1234)\n'
+            '    Points Possible,,,,,5\n'
+            '"Smith, Ann","12345",,,A,"1"\n'
+            'Amy 5" Lee,9,,,B,\n'
+            '"=HYPERLINK(""x"")",4,,,B,2\n'
+            '"Odd"ly,31,,,B,\n')
+    book = tmp_path / "g.csv"
+    book.write_text(text, newline="")
+    term = term_file(tmp_path, "01 Running sum", "x", out)
+    export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term)
+    lines = (tmp_path / "o.csv").read_bytes().decode().split("\n")
+    assert lines[2] == '"Smith, Ann","12345",,,A,"2.5"'          # quoted as the cell was
+    assert lines[3] == 'Amy 5" Lee,9,,,B,5'                      # a quote inside a cell kept
+    assert lines[4] == '"=HYPERLINK(""x"")",4,,,B,2'             # the LMS's own cell untouched
+    assert lines[5] == 'Oddly,31,,,B,5'     # a cell csv reads otherwise than it is written: the row rewritten
+    assert "\r" not in (tmp_path / "o.csv").read_bytes().decode()
+
+
+def test_canvas_feedback_zip_one_page_per_student_per_lesson(canvas, tmp_path):
+    out, book, term, scores = canvas
+    z = tmp_path / "feedback.zip"
+    result = export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term, feedback=z)
+    with zipfile.ZipFile(z) as zf:
+        names = sorted(zf.namelist())
+        assert names == sorted(result.feedback) == [
+            "01_running_sum/Doe, John (doejohn_222).html",
+            "01_running_sum/Smith, Ann (smithann_12345).html",
+            "02_fixed_state_recall/Smith, Ann (smithann_12345).html",
+            "02_fixed_state_recall/Smith, Ann (smithann_777).html"]
+        for name in names:
+            lesson, rest = name.split("/")
+            student = rest.rsplit("(", 1)[1][:-len(").html")]
+            assert zf.read(name) == (out / "feedback" / student / lesson / f"{lesson}.html").read_bytes()
+
+
+def test_not_a_canvas_gradebook_or_grades_is_a_clear_error(canvas, tmp_path, capsys):
+    out, book, term, _ = canvas
+    other = tmp_path / "moodle.csv"
+    other.write_text("Identifier,Full name,Grade,Maximum Grade\nParticipant 1,A,,10\n")
+    with pytest.raises(ExportError, match=r"moodle\.csv is not a Canvas gradebook export.*'ID'"):
+        export_gradebook(out, "canvas", other, tmp_path / "o.csv", term=term)
+    no_points = tmp_path / "np.csv"
+    no_points.write_text("Student,ID,SIS User ID,SIS Login ID,Section,A (1)\nx,1,,,,\n")
+    with pytest.raises(ExportError, match="Points Possible"):
+        export_gradebook(out, "canvas", no_points, tmp_path / "o.csv", term=term)
+    (out / "grades.csv").write_text("student_id,assignment,score,max_score\nann,01_running_sum,x,6\n")
+    with pytest.raises(ExportError, match=r"grades\.csv, row 2, column score: 'x'"):
+        export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term)
+    assert main(["export", str(tmp_path / "nowhere"), "--lms", "canvas", "--gradebook", str(book),
+                 "--out", str(tmp_path / "o.csv")]) == 2
+    assert "No grades.csv" in capsys.readouterr().err
+
+
+def test_the_command_prints_matches_and_misses(canvas, tmp_path, capsys):
+    out, book, _, _ = canvas
+    (tmp_path / "t.toml").write_text(TERM.format(c1="01 Running sum (1234)", c2="(1235)"))
+    dest = tmp_path / "o.csv"
+    assert main(["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--out", str(dest),
+                 "--term", str(tmp_path / "t.toml")]) == 0
+    printed = capsys.readouterr().out
+    assert "lesson 01_running_sum -> column '01 Running sum (1234)'" in printed
+    assert "lesson 02_fixed_state_recall -> column '02 What a fixed state cannot hold (1235)'" in printed
+    assert "NOT FOUND in the gradebook (1 student(s)" in printed and "bob" in printed
+    assert "kept as the LMS had (2 student(s)" in printed
+    assert dest.is_file()
+
+
+# ------------------------------------------------------------------------------------ Moodle
+
+MOODLE = (
+    "Identifier,\"Full name\",\"Email address\",Status,Grade,\"Maximum Grade\","
+    "\"Grade can be changed\",\"Last modified (submission)\",\"Last modified (grade)\","
+    "\"Feedback comments\"\n"
+    "\"Participant 1001\",\"Ann Smith\",ann@example.edu,\"Submitted for grading\",,100.00,Yes,"
+    "\"Monday, 5 October 2026, 10:00 AM\",-,\n"
+    "\"Participant 1002\",\"José Núñez\",jose@example.edu,\"Submitted for grading - Graded\","
+    "55.00,100.00,Yes,\"Monday, 5 October 2026, 11:00 AM\",\"Tuesday, 6 October 2026, 9:00 AM\","
+    "\"<p>Good start</p>\"\n"
+    "\"Participant 1003\",\"Bo Li\",bo@example.edu,\"No submission\",,100.00,Yes,-,-,\n"
+    "\"Participant 1004\",\"Kim Park\",kim@example.edu,\"Submitted for grading\",,\"7,50\",Yes,"
+    "\"Monday, 5 October 2026, 12:00 AM\",-,\n"
+)
+
+
+@pytest.fixture
+def moodle(tmp_path):
+    scores = {("Ann Smith_1001", "01_running_sum"): (5, 6), ("José Núñez_1002", "01_running_sum"): (6, 6),
+              ("Kim Park_1004", "01_running_sum"): (3, 6), ("Zed Ray_2000", "01_running_sum"): (1, 6),
+              ("Ann Smith_1001", "02_fixed_state_recall"): (1, 6)}
+    return lms_class(tmp_path, scores, "Grades-ML 101-01 Running sum-77.csv",   # Moodle's own name
+                     MOODLE.encode(), "01 Running sum", "02 Fixed state")
+
+
+def test_moodle_worksheet_filled_for_the_lesson_its_file_is_named_after(moodle, tmp_path):
+    out, book, term, scores = moodle
+    dest = tmp_path / "upload.csv"
+    result = export_gradebook(out, "moodle", book, dest, term=term)
+    before, after = book.read_bytes(), dest.read_bytes()
+    original = parse(before, "utf-8")
+    head = original[0]
+    grade, maximum = head.index("Grade"), head.index("Maximum Grade")
+    row = {r[0].split()[-1]: i for i, r in enumerate(original[1:], start=1)}   # participant id
+    fills = {}
+    for (student, lesson), (score, mx) in scores.items():
+        pid = student.rsplit("_", 1)[1]
+        if lesson == "01_running_sum" and pid in row:
+            fills[(row[pid], grade)] = score / mx * float(original[row[pid]][maximum].replace(",", "."))
+    assert len(fills) == 3
+    got = parse(after, "utf-8")
+    assert_cells(got, expected_cells(original, fills))
+    assert got[row["1004"]][grade] == "3,75"      # the worksheet's decimal comma kept
+    unchanged_lines(before, after, "utf-8", {r for r, _ in fills})
+    assert not after.startswith(b"\xef\xbb\xbf")
+    assert list(result.columns) == ["01_running_sum"]
+    assert result.unmatched_students == ["Zed Ray_2000"] and result.kept == ["Bo Li"]
+
+
+def test_moodle_needs_one_lesson(moodle, tmp_path):
+    out, book, term, _ = moodle
+    plain = tmp_path / "worksheet.csv"
+    plain.write_bytes(book.read_bytes())
+    with pytest.raises(ExportError, match="--lesson"):
+        export_gradebook(out, "moodle", plain, tmp_path / "o.csv", term=term)
+    result = export_gradebook(out, "moodle", plain, tmp_path / "o.csv", term=term,
+                              lesson="02_fixed_state_recall")
+    assert list(result.filled) == [("Ann Smith_1001", "02_fixed_state_recall")]
+    assert float(parse((tmp_path / "o.csv").read_bytes(), "utf-8")[1][4]) == pytest.approx(100 / 6, abs=0.005)
+
+
+def test_moodle_feedback_zip_has_its_download_folders(moodle, tmp_path):
+    out, book, term, _ = moodle
+    z = tmp_path / "feedback.zip"
+    export_gradebook(out, "moodle", book, tmp_path / "o.csv", term=term, feedback=z)
+    with zipfile.ZipFile(z) as zf:
+        names = sorted(zf.namelist())
+        assert names == ["Ann Smith_1001_assignsubmission_file_/01_running_sum_feedback.html",
+                         "José Núñez_1002_assignsubmission_file_/01_running_sum_feedback.html",
+                         "Kim Park_1004_assignsubmission_file_/01_running_sum_feedback.html"]
+        for name in names:
+            # Moodle's importer: fullname_participantid_plugintype_pluginname_ per path part
+            full, pid, ptype, pname, _ = name.split("/")[0].split("_", 4)
+            assert pid.isdigit() and (ptype, pname) == ("assignsubmission", "file")
+            assert zf.read(name) == (out / "feedback" / f"{full}_{pid}" / "01_running_sum" /
+                                     "01_running_sum.html").read_bytes()
+    # and the names read back as the same students, the way collect reads a Moodle zip
+    layout, files, _ = lms.match_layout([n.replace(".html", ".ipynb") for n in names])
+    assert layout == "Moodle" and sorted(f.student for f in files) == [
+        "Ann Smith_1001", "José Núñez_1002", "Kim Park_1004"]
+
+
+# -------------------------------------------------------------------------------- Blackboard
+
+BB_HEAD = ["Last Name", "First Name", "Username", "Student ID", "Last Access", "Availability",
+           "Weighted Total [Total Pts: up to 0 Percentage] |101",
+           "Total [Total Pts: up to 30 Score] |102", "01 Running sum [Total Pts: 10 Score] |103",
+           "02 Fixed state [Total Pts: 20 Percentage] |104", "Notes |105"]
+BB_ROWS = [["Smith", "John", "jsmith", "S001", "2026-10-05 10:00:00", "Available", "", "", "", "", ""],
+           ["Kim", "Alex", "akim", "S002", "2026-10-05 11:00:00", "Available", "40.00%", "12", "8.00",
+            "", "late"],
+           ["Park", "Jo", "jpark", "S003", "", "Available", "25.00%", "5.00", "5.00", "", ""]]
+
+
+@pytest.fixture
+def blackboard(tmp_path):
+    scores = {("jsmith", "01_running_sum"): (6, 6), ("AKim", "01_running_sum"): (3, 6),
+              ("jsmith", "02_fixed_state_recall"): (3, 6), ("nobody", "01_running_sum"): (2, 6)}
+    text = "".join("\t".join(f'"{c}"' for c in r) + "\r\n" for r in [BB_HEAD] + BB_ROWS)
+    return lms_class(tmp_path, scores, "gc_ML101_fullgc_2026-12-01-12-00-00.xls",
+                     b"\xff\xfe" + text.encode("utf-16-le"), "01 Running sum", "|104")  # as Blackboard writes it
+
+
+def test_blackboard_utf16_tab_file_filled_by_user_name(blackboard, tmp_path):
+    out, book, term, scores = blackboard
+    dest = tmp_path / "upload.xls"
+    result = export_gradebook(out, "blackboard", book, dest, term=term)
+    before, after = book.read_bytes(), dest.read_bytes()
+    assert after.startswith(b"\xff\xfe")
+    original = parse(before[2:], "utf-16-le", "\t")
+    users = {r[2]: i for i, r in enumerate(original)}
+    fills = {}
+    for (student, lesson), (score, mx) in scores.items():
+        if student.lower() in users and lesson == "01_running_sum":
+            fills[(users[student.lower()], 8)] = score / mx * 10
+    assert len(fills) == 2
+    assert_cells(parse(after[2:], "utf-16-le", "\t"), expected_cells(original, fills))
+    unchanged_lines(before[2:], after[2:], "utf-16-le", {r for r, _ in fills})
+    assert '"10"\t"0"' not in after[2:].decode("utf-16-le")
+    assert '\t"10"\t' in after[2:].decode("utf-16-le")          # quoted like every cell
+    assert "Percentage" in result.unmatched_lessons["02_fixed_state_recall"]
+    assert result.unmatched_students == ["nobody"] and result.kept == ["Park, Jo"]
+
+
+def test_blackboard_comma_file_and_feedback_zip(blackboard, tmp_path):
+    out, _, term, _ = blackboard
+    book = tmp_path / "gc.csv"
+    book.write_text("".join(",".join(f'"{c}"' for c in r) + "\n" for r in [BB_HEAD] + BB_ROWS))
+    z = tmp_path / "fb.zip"
+    export_gradebook(out, "blackboard", book, tmp_path / "o.csv", term=term, feedback=z)
+    got = list(csv.reader(open(tmp_path / "o.csv", newline="")))
+    assert got[1][8] == "10" and got[2][8] == "5" and got[3][8] == "5.00"
+    with zipfile.ZipFile(z) as zf:
+        assert sorted(zf.namelist()) == ["01_running_sum/Kim, Alex (AKim).html",
+                                         "01_running_sum/Smith, John (jsmith).html"]
+
+
+def test_a_calculated_column_is_never_filled(blackboard, tmp_path):
+    out, book, _, _ = blackboard
+    (tmp_path / "t.toml").write_text(TERM.format(c1="Total", c2="Weighted Total"))
+    term = term_for(tmp_path / "t.toml", out)
+    result = export_gradebook(out, "blackboard", book, tmp_path / "o.xls", term=term)
+    assert not result.filled and (tmp_path / "o.xls").read_bytes() == book.read_bytes()
+    assert "calculated" in result.unmatched_lessons["01_running_sum"]
+
+
+def test_read_table_keeps_what_it_read(tmp_path):
+    p = tmp_path / "x.csv"
+    p.write_bytes(b'a,b\r\n"multi\nline",2\r\n')
+    t = read_table(p)
+    assert [r.values for r in t.records] == [["a", "b"], ["multi\nline", "2"]]
+    assert t.records[1].line == 2 and t.delimiter == ","
+    p.write_bytes(b"")
+    with pytest.raises(ExportError, match="empty"):
+        read_table(p)
+
+
+# ------------------------------------------------------------------ slow: a real graded zip
+
+# per LMS: the zip's names (full marks, half marks), the gradebook, the cell of each of the two
+# students (row, column) and the third student's untouched cell, the term's column
+GRADED_ZIPS = {
+    "canvas": (["smithann_12345_67890_toy.ipynb", "doejohn_LATE_222_333_toy.ipynb"],
+               "Student,ID,SIS User ID,SIS Login ID,Section,Toy lesson (55),Final Score\n"
+               "    Points Possible,,,,,12.00,(read only)\n"
+               '"Smith, Ann",12345,,,A,,\n"Doe, John",222,,,A,,\n"Lee, Amy",9,,,A,4.00,\n',
+               [(2, 5), (3, 5)], (4, 5, "4.00"), "Toy lesson (55)", ["smithann_12345", "doejohn_222"]),
+    "moodle": (["Ann Smith_1001_assignsubmission_file_/toy.ipynb",
+                "John Doe_1002_assignsubmission_file_/toy.ipynb"],
+               "Identifier,Full name,Email address,Status,Grade,Maximum Grade,Grade can be changed,"
+               "Last modified (submission),Last modified (grade),Feedback comments\n"
+               "Participant 1001,Ann Smith,a@x.edu,Submitted for grading,,12.00,Yes,-,-,\n"
+               "Participant 1002,John Doe,j@x.edu,Submitted for grading,,12.00,Yes,-,-,\n"
+               "Participant 1003,Amy Lee,l@x.edu,No submission,4.00,12.00,Yes,-,-,\n",
+               [(1, 4), (2, 4)], (3, 4, "4.00"), "Toy", ["Ann Smith_1001", "John Doe_1002"]),
+    "blackboard": (["HW 1_asmith_attempt_2026-03-01-10-00-00_toy.ipynb",
+                    "HW 1_jdoe_attempt_2026-03-01-11-00-00_toy.ipynb"],
+                   '"Last Name","First Name","Username","Student ID","Toy lesson [Total Pts: 12 Score] |55"\n'
+                   '"Smith","Ann","asmith","1",""\n"Doe","John","jdoe","2",""\n"Lee","Amy","alee","3","4.00"\n',
+                   [(1, 4), (2, 4)], (3, 4, "4.00"), "Toy lesson", ["asmith", "jdoe"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lms_name", sorted(GRADED_ZIPS))
+def test_a_graded_lms_zip_goes_back_into_its_gradebook(tmp_path, lms_name):
+    import nbformat
+
+    from autograder.build import build
+    from autograder.demo import student_notebook
+    from autograder.grade import grade_class
+    from autograder.options import GradingOptions
+    from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, make_toy_course
+
+    names, gradebook, cells, untouched, column, students = GRADED_ZIPS[lms_name]
+    course = make_toy_course(tmp_path / "course")
+    build(course)
+    lesson = nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    good = nbformat.writes(student_notebook(lesson, {"add": ADD_SOLUTION, "mul": MUL_SOLUTION,
+                                                     "mean": MEAN_SOLUTION})).encode()
+    half = nbformat.writes(student_notebook(lesson, {"mul": MUL_SOLUTION})).encode()
+    zpath = tmp_path / "submissions.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for name, nb in zip(names, (good, half)):
+            zf.writestr(name, nb)
+    out = tmp_path / "out"
+    results = {r.student: r for r in grade_class(course, zpath, out, options=GradingOptions(cell_timeout=30),
+                                                 progress=False, jobs=1)}
+    assert sorted(results) == sorted(students)
+    book = tmp_path / ("Grades-ML-Toy-5.csv" if lms_name == "moodle" else "gradebook.csv")
+    book.write_text(gradebook)
+    (tmp_path / "t.toml").write_text(f'[lessons.toy]\nlms_column = "{column}"\n')
+    term = term_for(tmp_path / "t.toml", out)
+    z = tmp_path / "fb.zip"
+    export_gradebook(out, lms_name, book, tmp_path / "o.csv", term=term, feedback=z)
+    got = list(csv.reader(open(tmp_path / "o.csv", newline="")))
+    for (r, c), sid in zip(cells, students):
+        assert float(got[r][c]) == pytest.approx(results[sid].score / results[sid].max_score * 12, abs=0.005)
+    assert got[cells[0][0]][cells[0][1]] == "12" and float(got[cells[1][0]][cells[1][1]]) < 12
+    assert got[untouched[0]][untouched[1]] == untouched[2]
+    with zipfile.ZipFile(z) as zf:
+        assert len(zf.namelist()) == 2
