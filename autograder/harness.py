@@ -93,8 +93,9 @@ class SandboxKernelManager(AsyncKernelManager):
 class StudentFunction:
     """A student function or callable, called through the kernel; arguments and results cross as
     data (:mod:`autograder.wire`). An exception inside it is raised here as the same built-in type
-    with its message. Tensor arguments changed in place are changed here too, and autograd flows
-    through the call when the arguments require grad."""
+    with its message. A tensor argument changed in place fails the call (AssertionError with a
+    hint) and never changes the test's own tensor; autograd flows through the call when the
+    arguments require grad."""
 
     def __init__(self, link, ref: int, type_name: str, name: str):
         self._link, self._ref, self._type = link, ref, type_name
@@ -269,7 +270,7 @@ class KernelLink:
         out_leaves = {}
         value = self._decode(reply.get("value"), f"the value returned by {fn.__name__}",
                              leaves=out_leaves if grad else None)
-        self._write_back(args, kwargs, reply)
+        self._refuse_in_place(fn, args, kwargs, reply)
         if grad and reply.get("graph") and out_leaves:
             outputs = [out_leaves[i].detach() for i in sorted(out_leaves)]
             linked = _RemoteBackward.get().apply(self, reply["graph"], len(grad_leaves),
@@ -278,20 +279,32 @@ class KernelLink:
                                              for i, t in zip(sorted(out_leaves), linked)})
         return value
 
-    def _write_back(self, args, kwargs, reply):
-        """Tensor arguments the student function changed in place are changed here too."""
+    def _refuse_in_place(self, fn, args, kwargs, reply):
+        """Fail the call when the student function changed a tensor argument in place.
+
+        The arguments the kernel received are its own copies; what it did to them never flows
+        back into the test's tensors (a test that computes its expected value after the call
+        must see the inputs it made). Changing an argument is the exercise's mistake, not a
+        value the test can use, so the call raises AssertionError with a hint naming the
+        parameter. Raises nothing when no tensor argument changed.
+        """
         import torch
         try:
             new_args = decode(reply.get("args", {"t": "list", "v": []}))
             new_kwargs = decode(reply.get("kwargs", {"t": "dict", "v": []}))
         except WireError:
             return
-        pairs = list(zip(args, new_args or [])) + [(kwargs.get(k), v) for k, v in (new_kwargs or {}).items()]
-        for old, new in pairs:
-            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) \
-                    and old.shape == new.shape and old.dtype == new.dtype and not torch.equal(old, new):
-                with torch.no_grad():
-                    old.copy_(new)
+        names = reply.get("names") if isinstance(reply.get("names"), list) else []
+        names = [n if isinstance(n, str) and n.isidentifier() else "" for n in names]
+        pairs = [(names[i] if i < len(names) and names[i] else f"argument {i + 1}", old, new)
+                 for i, (old, new) in enumerate(zip(args, new_args or []))]
+        pairs += [(str(k) if str(k).isidentifier() else "an argument", kwargs.get(k), v)
+                  for k, v in (new_kwargs or {}).items()]
+        for name, old, new in pairs:
+            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and (
+                    old.shape != new.shape or old.dtype != new.dtype or not torch.equal(old, new)):
+                raise AssertionError(f"Hint: {fn.__name__} changed {name} in place. Return a new "
+                                     "tensor and leave the arguments as they were given.")
 
     def backward(self, graph, grads, n_in):
         reply = self.request({"op": "backward", "graph": graph, "grads": encode(list(grads))},

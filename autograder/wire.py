@@ -426,9 +426,12 @@ def _call(req):
     try:
         reply = {"value": encode(result, kernel=True, refs=_REFS,
                                  grad_leaves=outputs if grad else None)}
-        # Tensor arguments may have been changed in place: send them back too.
+        # Tensor arguments may have been changed in place: send them back (the harness fails
+        # the call when one was; it never copies them into the test's tensors), with the names
+        # of the parameters they were bound to, for its message.
         tensors = [a if torch is not None and isinstance(a, torch.Tensor) else None for a in args]
         reply["args"] = encode(tensors, kernel=True, refs=[])
+        reply["names"] = _parameter_names(fn, len(args))
         reply["kwargs"] = encode({k: v for k, v in dict(kwargs).items()
                                   if torch is not None and isinstance(v, torch.Tensor)},
                                  kernel=True, refs=[])
@@ -439,6 +442,17 @@ def _call(req):
         _GRAPHS[call_id] = ([leaves[i] for i in sorted(leaves)], outputs)
         reply["graph"] = call_id
     return reply
+
+
+def _parameter_names(fn, n: int) -> list:
+    """The names of ``fn``'s first ``n`` positional parameters ("" where unknown)."""
+    import inspect
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [str(x)[:40] for x in params[:n]] + [""] * max(0, n - len(params))
 
 
 def _backward(req):

@@ -169,9 +169,9 @@ def _result(value):
 
 
 def proxy(fn, name: str, violations: list):
-    """The student's function ``fn`` as the grader sees it: arguments copied (tensors changed in
-    place are copied back, as the harness does), exceptions as their built-in type, the result
-    as data."""
+    """The student's function ``fn`` as the grader sees it: arguments copied (a tensor changed in
+    place fails the call with a hint, as in the harness), exceptions as their built-in type, the
+    result as data."""
     def call(*args, **kwargs):
         where = f"student function {name}"
         sent = [_argument(a, violations, where) for a in args]
@@ -180,12 +180,19 @@ def proxy(fn, name: str, violations: list):
             result = fn(*sent, **sent_kw)
         except Exception as exc:
             raise _builtin_twin(exc) from None
-        pairs = list(zip(args, sent)) + [(kwargs[k], v) for k, v in sent_kw.items()]
-        for old, new in pairs:
+        import inspect
+        try:
+            params = [p.name for p in inspect.signature(fn).parameters.values()]
+        except (TypeError, ValueError):
+            params = []
+        pairs = [(params[i] if i < len(params) else f"argument {i + 1}", old, new)
+                 for i, (old, new) in enumerate(zip(args, sent))]
+        pairs += [(k, kwargs[k], v) for k, v in sent_kw.items()]
+        for pname, old, new in pairs:
             if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and new is not old \
-                    and old.shape == new.shape and not torch.equal(old, new):
-                with torch.no_grad():
-                    old.copy_(new)
+                    and (old.shape != new.shape or not torch.equal(old, new)):
+                raise AssertionError(f"Hint: {name} changed {pname} in place. Return a new "
+                                     "tensor and leave the arguments as they were given.")
         return _result(result)
     call.__name__ = call.__qualname__ = name
     return call

@@ -222,6 +222,10 @@ CASES += [
     # Write, read and crosstalk: other correct ways.
     l02("test_write_read", "write_read", "einsum and matmul",
         "def write(S, k, v):\n    return S + k[:, None] * v[None, :]\n\ndef read(S, q):\n    return torch.einsum('k,kv->v', q, S)"),
+    # Issue 25, item 1: the factor-two slip hidden by doubling the test's own v in place.
+    l02("test_write_read", "write_read", "factor two, v doubled in place",
+        "def write(S, k, v):\n    v.mul_(2)\n    return S + torch.outer(k, v)\n\ndef read(S, q):\n    return q @ S",
+        "write changed v in place"),
     l02("test_crosstalk", "crosstalk", "read minus value", "def crosstalk(keys, values):\n    return keys @ keys.T @ values - values"),
     l02("test_crosstalk", "crosstalk", "masked overlaps",
         "def crosstalk(keys, values):\n    n = len(keys)\n    return ((keys @ keys.T) * (1 - torch.eye(n))) @ values"),
@@ -278,7 +282,8 @@ CASES += [
     l03("test_delta_step", "delta_step", "error k^T", delta("    return S + beta * torch.outer(v - S.T @ k, k)"), "instead of k (error)^T"),
     l03("test_delta_step", "delta_step", "reads S k", delta("    return S + beta * torch.outer(k, v - S @ k)"), "read as S k"),
     l03("test_delta_step", "delta_step", "sign flipped", delta("    return S + beta * torch.outer(k, S.T @ k - v)"), "wrong sign"),
-    # The harness copies a tensor changed in place back to the test, so this is caught in both modes.
+    # A tensor argument changed in place fails the call in the harness (and in this runner), with
+    # a hint that names the parameter, so this is caught in both modes.
     l03("test_delta_step", "delta_step", "changes S in place", delta("    S += beta * torch.outer(k, v - S.T @ k)\n    return S"), "changed S in place"),
     l03("test_delta_step", "delta_step", "float beta only", delta("    return S + float(beta) * torch.outer(k, v - S.T @ k)")),
     l03("test_delta_step", "delta_step", "unforeseen", delta("    return S + 2 * beta * torch.outer(k, v - S.T @ k)"), "Follow the three moves"),
