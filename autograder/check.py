@@ -31,6 +31,11 @@ class ExerciseResult:
     passed: bool
     message: str = ""     # the "Hint: ..." of a failing assert, or "ErrorType: message"
     timed_out: bool = False
+    score: float = None   # points scored: all or none, or the test's partial credit
+
+    def __post_init__(self):
+        if self.score is None:
+            self.score = self.points if self.passed else 0.0
 
 
 def _read(path: Path):
@@ -80,6 +85,17 @@ def _outcome(cell, timeout: int) -> tuple:
     return True, "", False
 
 
+def _partial(cell):
+    """The partial-credit score the harness wrote (an execute_result), or None."""
+    for out in cell.get("outputs", []):
+        if out.output_type == "execute_result":
+            try:
+                return float(out.get("data", {}).get("text/plain", ""))
+            except ValueError:
+                return None
+    return None
+
+
 def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     """Run the notebook at ``path``; return (ExerciseResults per visible test cell, notes).
 
@@ -112,8 +128,12 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
         if is_test_cell(cell):
             meta = cell.metadata["nbgrader"]
             passed, message, timed_out = _outcome(cell, options.cell_timeout)
-            results.append(ExerciseResult(meta.get("grade_id", "?"), float(meta.get("points", 0)),
-                                          passed, message, timed_out))
+            points = float(meta.get("points", 0))
+            score = _partial(cell) if passed else None
+            if score is not None and score < points:   # partial credit: not a PASS
+                passed, message = False, f"partial credit: {score:g} of {points:g} points"
+            results.append(ExerciseResult(meta.get("grade_id", "?"), points, passed, message,
+                                          timed_out, score))
     for what in report.get("timeouts", []):
         if not any(r.grade_id == what for r in results):
             notes.append(f"{what} ran longer than its time limit ({options.cell_timeout} s) and "
@@ -132,10 +152,10 @@ def format_report(name: str, results: list, notes=()) -> str:
     width = max(len(r.grade_id) for r in results)
     lines.append(f"{name}: {len(results)} graded test cells")
     for r in results:
-        pts = f"{r.points:g}/{r.points:g}" if r.passed else f"0/{r.points:g}"
+        pts = f"{r.score:g}/{r.points:g}"
         line = f"{'PASS' if r.passed else 'FAIL'}  {r.grade_id.ljust(width)}  {pts:>7}"
         lines.append(line + (f"  {r.message}" if r.message else ""))
-    got = sum(r.points for r in results if r.passed)
+    got = sum(r.score for r in results)
     total = sum(r.points for r in results)
     lines.append(f"visible tests: {sum(r.passed for r in results)}/{len(results)} passed, "
                  f"{got:g}/{total:g} points (hidden tests run only when the course grades it)")

@@ -56,9 +56,16 @@ class ExerciseFeedback(NbGraderPreprocessor):
             cell.metadata["autograder"] = {
                 "title": titles.get(meta.get("grade_id"), meta.get("grade_id", "")),
                 "failed": failed,
-                "hint": (hint_shown(cell) or "This test failed; the error below says how.")
-                if failed else ""}
+                "hint": (hint_shown(cell) or _partial_hint(score, points)) if failed else ""}
         return nb, resources
+
+
+def _partial_hint(score, points) -> str:
+    """The hint of a test that lost points without an error: it ended in a partial score."""
+    if score is not None and float(score) > 0:
+        return (f"Partial credit: this test gave {float(score):g} of {float(points):g} points; "
+                "its output below says what is missing.")
+    return "This test failed; the error below says how."
 
 
 # Tags a lesson's markdown and a library's HTML output use; attributes on top of nh3's defaults.
