@@ -34,7 +34,7 @@ from .collect import choose_notebook, collect
 from .config import list_assignments, work_config
 from .journal import atomic_write, digest, load_result, save_result
 from .options import GradingOptions
-from .repair import SubmissionRejected, read_notebook_text, repair_notebook
+from .repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
            "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION"]
@@ -114,6 +114,9 @@ class _Lesson:
         self.columns = [c.metadata["nbgrader"]["grade_id"] for n in self.names
                         for c in self.release[n].cells if c.metadata.get("nbgrader", {}).get("grade")]
         self.digest = digest(*(p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file()))
+        # the releases before this one, per notebook (autograder.repair's ``earlier``)
+        self.earlier = {n: [r[n] for r in _release_history(work, assignment)[:-1] if n in r]
+                        for n in self.names}
 
 
 def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
@@ -136,7 +139,8 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
             data = path.read_bytes()
             parts += [name, data]
             nb, notes = read_notebook_text(data, max_bytes)
-            repairs = repair_notebook(nb, lesson.release[name], lesson.sources)
+            repairs = repair_notebook(nb, lesson.release[name], lesson.sources,
+                                      lesson.earlier[name])
             res.notes += notes + repairs
             job.review += [n for n in repairs if TAMPERING in n]
         except SubmissionRejected as exc:
@@ -234,8 +238,58 @@ class _Grader:
             res.feedback.append(str(shutil.copyfile(html, dst / html.name)))
 
 
+def _history_path(work: Path, assignment: str) -> Path:
+    return work / "release" / f".{assignment}.history.json"
+
+
+def _release_history(work: Path, assignment: str) -> list:
+    """The assignment's releases into this DIR, oldest first: each {notebook: release_cells}."""
+    try:
+        history = json.loads(_history_path(work, assignment).read_text())
+    except (OSError, ValueError):
+        return []
+    return history if isinstance(history, list) else []
+
+
+def _record_release(work: Path, assignment: str) -> None:
+    """Append the assignment's current release to its history (when it differs from the last)."""
+    folder = work / "release" / assignment
+    if not folder.is_dir():
+        return
+    now = {p.name: release_cells(nbformat.read(p, as_version=4))
+           for p in sorted(folder.glob("*.ipynb"))}
+    history = _release_history(work, assignment)
+    if not history or history[-1] != now:
+        atomic_write(_history_path(work, assignment), json.dumps(history + [now], indent=1))
+
+
+def _forget_assignments(work: Path, assignments: list, db_url) -> None:
+    """Remove ``assignments`` (their notebooks, cells and submissions) from the gradebook.
+
+    nbgrader refuses to add, remove or change the cells of an assignment that has submissions
+    ("Cannot add or remove cells ... there are submissions"), so a lesson changed after a
+    batch could never be regraded into the same DIR. The journal (DIR/results/), not the
+    gradebook, is the record of every grade: a result whose lesson is unchanged is reused from
+    it, and every submission of a changed lesson is graded again, which recreates its rows.
+    """
+    config = work_config(work, db_url=db_url)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=SAWarning)
+        with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
+            for a in assignments:
+                try:
+                    gb.remove_assignment(a)
+                except MissingEntry:
+                    pass
+
+
 def _release(root: Path, work: Path, needed: list, db_url) -> None:
-    """Generate the release of each needed assignment, unless its source is unchanged."""
+    """Generate the release of each needed assignment, unless its source is unchanged.
+
+    A release replaced in this DIR is kept in the assignment's history (_release_history), so
+    that a notebook of an earlier release is not said to have deleted what was added since
+    (autograder.repair), and the assignment's stale rows leave the gradebook first
+    (_forget_assignments)."""
     stale = []
     for a in needed:
         src = Path(root) / "solutions" / a
@@ -245,8 +299,12 @@ def _release(root: Path, work: Path, needed: list, db_url) -> None:
         if not mark.is_file() or mark.read_text() != stamp + str(db_url):
             stale.append((a, mark, stamp))
     if stale:
+        for a, _, _ in stale:
+            _record_release(work, a)   # a release made before histories were kept
+        _forget_assignments(work, [a for a, _, _ in stale], db_url)
         generate_release(root, [a for a, _, _ in stale], work, db_url)
         for a, mark, stamp in stale:
+            _record_release(work, a)
             atomic_write(mark, stamp + str(db_url))
 
 
