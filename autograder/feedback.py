@@ -96,8 +96,9 @@ _URL_SCHEMES = nh3.ALLOWED_URL_SCHEMES | {"data"}
 _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*",
                          re.IGNORECASE)
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
-# MathJax typesets TeX found in the page's text; these macros make links, classes, styles and
-# ids out of it (\href{javascript:...}{x}). Each becomes \text, which shows its argument as text.
+# TeX macros that make links, classes, styles and ids (\href{javascript:...}{x}), in MathJax
+# and in MathML converters alike. Each becomes \text, which shows its argument as text: in TeX
+# before tex_to_mathml converts it, and in whatever TeX is left as text in a page.
 _TEX_MACROS = re.compile(r"\\(href|url|class|cssId|style|unicode|require|data|html)(?![A-Za-z])")
 _KEPT_AS_IS = {"text/plain", "image/png", "image/jpeg", "image/svg+xml", "application/json"}
 

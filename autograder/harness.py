@@ -6,8 +6,10 @@ process, in a fresh namespace where each name the test uses but does not define 
 the kernel as data (:mod:`mlexp.grading`): values are rebuilt as plain Python types and tensors,
 student functions become :class:`StudentFunction` proxies. So nothing the student's process
 prints, patches or returns can make a test pass: a test passes only when its own code, here,
-runs to the end. Hidden test source never reaches the kernel. Outputs are capped per cell and per
-notebook; a cell or a test past its time limit fails with a message that says so.
+runs to the end. A test that ends in a number scores that much (nbgrader's partial credit),
+unless the number may carry a student value (:mod:`autograder.partial`): see :func:`run_test`.
+Hidden test source never reaches the kernel. Outputs are capped per cell and per notebook; a
+cell or a test past its time limit fails with a message that says so.
 
 ``python -m autograder.harness JOB.json`` is how the grader runs it (autograder.sandbox): a
 separate process per submission, which writes the executed notebook and a JSON report.
@@ -496,7 +498,8 @@ def run_test(cell, link, options, limit, show_call_output=False) -> str:
     namespace = StudentNamespace(link)
     try:
         tree = ast.parse(source, filename)
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) \
+            and not partial.ends_silenced(source, tree.body[-1]) else None
         code = compile(tree, filename, "exec")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
                 _alarm(link, limit):

@@ -15,10 +15,12 @@ be a score:
   (``sum([f(1) == 1, f(2) == 4])``: bools the harness computed). A test that uses ``globals``, ``exec``
   and the like could move a value in ways the source does not show: then every name counts as
   the student's.
-- :func:`credit` turns the value into points: a real number (not a bool: nbgrader gives full
-  marks for ``True``/``False``), capped at the cell's points, negative or NaN as 0; refused
-  when the expression uses a student-derived name (the harness then fails the test with
-  :data:`REFUSED_ENAME` and asks for a person to look, never full marks).
+- :func:`credit` turns the value into points: a real number, capped at the cell's points,
+  negative or NaN as 0; a bool all or nothing (nbgrader would give full marks for ``False``
+  too: a test ending in ``f(1) == 2`` without ``assert``); refused when the expression uses a
+  student-derived name (the harness then fails the test with :data:`REFUSED_ENAME` and asks
+  for a person to look, never full marks). An expression ending in ``;`` shows nothing in
+  IPython, so it is not a score (:func:`ends_silenced`).
 
 :func:`last_expression_problems` is the same check without running anything (``build
 --check``): the names a test does not define itself are the student's.
@@ -29,7 +31,7 @@ import math
 import numbers
 
 __all__ = ["student_derived", "free_names", "credit", "last_expression_problems",
-           "REFUSED_ENAME"]
+           "ends_silenced", "REFUSED_ENAME"]
 
 REFUSED_ENAME = "PartialCreditRefused"
 REFLECTIVE = {"globals", "locals", "vars", "exec", "eval", "compile", "setattr", "delattr",
@@ -141,19 +143,23 @@ def student_derived(tree, outside=()) -> set:
 def credit(value, points: float, expression, tainted: set):
     """Points from the value of a test's last expression: (points or None, note, refused).
 
-    ``None`` points: not a score (not a real number, or a bool), the test scores by its errors
+    ``None`` points: not a score (not a real number or a bool), the test scores by its errors
     as before. ``refused``: the student-derived names (in ``tainted``) the expression uses, so
     the number may be the student's; the caller fails the test (``note`` says why, without
     quoting the test: it may be hidden). ``note``: else what was done to the value, for the
     test's output ("" when it is used as it is).
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    is_bool = isinstance(value, bool) or type(value).__name__ == "bool_"   # numpy's too
+    if not is_bool and not isinstance(value, numbers.Real):
         return None, "", []
     used = sorted(_flow(expression) & tainted)
     if used:
         return None, ("this test ends in a partial-credit score that may be a value of the "
                       "notebook's own code, so the grader did not use it: the test scored 0 "
                       "until the course staff look at it"), used
+    if is_bool:
+        return (float(points), "", []) if value else \
+            (0.0, "[the test ended in False: scored 0 (a check is written `assert ...`)]", [])
     x = float(value)
     if math.isnan(x):
         return 0.0, "[partial credit: the test's score was NaN: scored 0]", []
@@ -165,6 +171,15 @@ def credit(value, points: float, expression, tainted: set):
     return x, "", []
 
 
+def ends_silenced(source: str, last) -> bool:
+    """Whether the statement ``last`` (a test's last) is followed by ``;`` on its line: IPython
+    then shows no value, so nbgrader sees no score."""
+    lines = source.splitlines()
+    if last.end_lineno is None or last.end_lineno > len(lines):
+        return False
+    return lines[last.end_lineno - 1][last.end_col_offset:].lstrip().startswith(";")
+
+
 def last_expression_problems(source: str) -> list:
     """Why a test cell's partial credit would be refused when grading ([] when it would not).
 
@@ -173,7 +188,8 @@ def last_expression_problems(source: str) -> list:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return [f"the test does not parse ({exc.msg}, line {exc.lineno})"]
-    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr) or \
+            ends_silenced(source, tree.body[-1]):
         return []
     last = tree.body[-1].value
     if isinstance(last, ast.Constant) and not isinstance(last.value, (int, float)) or \

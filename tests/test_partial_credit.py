@@ -1,9 +1,10 @@
 """Partial credit (nbgrader's: a test cell ends in a number) scored on the trusted side only.
 
 The fast tests check autograder.partial's data-flow rule and `build --check`; the slow one
-grades a toy lesson with three such tests: one that scores 1 of 2 for a half-right answer, one
-whose score is over its points (capped), and one that ends in a call of the student's function
-(refused: a student returning the cell's points must not get them).
+grades a toy lesson with four such tests: one that scores 1 of 2 for a half-right answer, one
+whose score is over its points (capped), one that ends in a call of the student's function
+(refused: a student returning the cell's points must not get them), and one that ends in a
+comparison without `assert` (False scores 0, where nbgrader would give full marks).
 """
 import ast
 
@@ -62,12 +63,15 @@ def test_credit_caps_clamps_and_ignores_non_numbers():
     assert points == 2.0 and "capped" in note
     assert credit(-1, 2, expr, set())[0] == 0.0
     assert credit(float("nan"), 2, expr, set())[0] == 0.0
-    for value in (True, "1", None, [1]):   # nbgrader gives these full marks: not a score
+    assert credit(True, 2, expr, set())[0] == 2.0   # nbgrader: full marks for False as well
+    assert credit(False, 2, expr, set())[0] == 0.0
+    for value in ("1", None, [1]):   # not a score: the test scores by its errors
         assert credit(value, 2, expr, set()) == (None, "", [])
+    assert last_expression_problems("half(4);") == []   # `;`: IPython shows no value
 
 
 def _partial_course(root):
-    """The toy lesson plus `half` and three partial-credit tests (2, 1 and 2 points)."""
+    """The toy lesson plus `half` and four tests ending in an expression (2, 1, 2, 1 points)."""
     make_toy_course(root)
     path = root / "solutions" / ASSIGNMENT / NOTEBOOK
     nb = nbformat.read(path, as_version=4)
@@ -76,7 +80,8 @@ def _partial_course(root):
                           "    ### END SOLUTION"),
         _test("test_half_partial", 2, TWO_CHECKS),
         _test("test_half_over", 1, OVER),
-        _test("test_half_forgeable", 2, FORGEABLE)]
+        _test("test_half_forgeable", 2, FORGEABLE),
+        _test("test_half_bool", 1, "half(6) == 3")]   # no assert: False must not score
     nbformat.write(nb, path)
     return root
 
@@ -114,6 +119,7 @@ def test_partial_credit_is_scored_capped_and_never_forged(tmp_path):
         assert r.exercises["test_half_forgeable"] == 0.0, r  # never the student's 2.0
         assert r.status.startswith("needs manual review"), r.status
         assert "test_half_forgeable" in r.status and "`half`" in r.status
-    assert floor.score == 6 + 1 + 1 + 0
+    assert floor.exercises["test_half_bool"] == 1.0 and forger.exercises["test_half_bool"] == 0.0
+    assert floor.score == 6 + 1 + 1 + 0 + 1
     page = (tmp_path / "out" / "feedback" / "floor" / ASSIGNMENT / "toy.html").read_text()
     assert "Partial credit: this test gave 1 of 2 points" in page
