@@ -99,9 +99,10 @@ def _reason(text: str) -> str:
 
 
 class _Lesson:
-    """One assignment as released: notebook names, release notebooks, instructor test sources."""
+    """One assignment as released: notebook names, release notebooks, instructor test sources,
+    and the earlier releases of each notebook (so an old notebook is not blamed for changes)."""
 
-    def __init__(self, work: Path, assignment: str):
+    def __init__(self, work: Path, assignment: str, root: Path):
         release, source = work / "release" / assignment, work / "source" / assignment
         self.names = sorted(p.name for p in release.glob("*.ipynb"))
         self.release = {n: nbformat.read(release / n, as_version=4) for n in self.names}
@@ -114,9 +115,14 @@ class _Lesson:
         self.columns = [c.metadata["nbgrader"]["grade_id"] for n in self.names
                         for c in self.release[n].cells if c.metadata.get("nbgrader", {}).get("grade")]
         self.digest = digest(*(p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file()))
-        # the releases before this one, per notebook (autograder.repair's ``earlier``)
-        self.earlier = {n: [r[n] for r in _release_history(work, assignment)[:-1] if n in r]
-                        for n in self.names}
+        # the releases before this one, per notebook (autograder.repair's ``earlier``): the
+        # course's committed lessons/ and the releases made in this DIR
+        self.earlier = {}
+        for n in self.names:
+            now = release_cells(self.release[n])
+            found = _git_releases(root, assignment, n) + \
+                [r[n] for r in _release_history(work, assignment) if n in r]
+            self.earlier[n] = [r for i, r in enumerate(found) if r != now and r not in found[:i]]
 
 
 def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
@@ -251,6 +257,30 @@ def _release_history(work: Path, assignment: str) -> list:
     return history if isinstance(history, list) else []
 
 
+def _git_releases(root: Path, assignment: str, name: str, limit: int = 30) -> list:
+    """The released notebook ``lessons/<assignment>/<name>`` as each of its last ``limit``
+    commits held it, oldest first, each as repair.release_cells: what students downloaded
+    before this DIR existed. [] when the course is not a git checkout (or git is missing)."""
+    import subprocess
+    rel = f"lessons/{assignment}/{name}"
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60,
+                              check=True).stdout
+    try:
+        revs = git("log", f"-{limit}", "--format=%H", "--", rel).decode().split()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for rev in reversed(revs):
+        try:
+            found.append(release_cells(nbformat.reads(git("show", f"{rev}:{rel}").decode(),
+                                                      as_version=4)))
+        except Exception:   # noqa: BLE001 (a commit where the file was deleted or not JSON)
+            continue
+    return found
+
+
 def _record_release(work: Path, assignment: str) -> None:
     """Append the assignment's current release to its history (when it differs from the last)."""
     folder = work / "release" / assignment
@@ -345,7 +375,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                   key=lambda s: (s.assignment, s.student))
     needed = sorted({s.assignment for s in subs if not s.problem})
     _release(root, work, needed, db_url)
-    lessons = {a: _Lesson(work, a) for a in needed}
+    lessons = {a: _Lesson(work, a, root) for a in needed}
     settings = f"{GRADER_VERSION} {options}"
     prepared = [_prepare(s, lessons.get(s.assignment), settings, max_bytes) for s in subs]
     # nbgrader reads student ids as globs and path patterns: it sees only safe internal ids,

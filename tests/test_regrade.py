@@ -7,6 +7,7 @@ student whose notebook predates the change so, instead of saying they deleted or
 (autograder.repair with the lesson's release history).
 """
 import csv
+import subprocess
 
 import nbformat
 import pytest
@@ -92,3 +93,30 @@ def test_regrade_into_the_same_dir_after_the_lesson_changed(tmp_path):
     with open(out / "grades.csv", newline="") as f:
         header = next(csv.reader(f))
     assert "test_add_zero" in header and "test_mean" not in header
+
+
+def _commit(root, message):
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(git + ["add", "-A"], check=True, capture_output=True)
+    subprocess.run(git + ["commit", "-qm", message], check=True, capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_new_dir_knows_the_earlier_release_from_the_courses_git_history(tmp_path):
+    root = make_toy_course(tmp_path / "course")
+    build(root)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    _commit(root, "lesson as released")
+    old = nbformat.read(root / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    _change_lesson(root)
+    build(root)
+    _commit(root, "a test added")
+    dest = tmp_path / "class" / "ann_old" / ASSIGNMENT / NOTEBOOK
+    dest.parent.mkdir(parents=True)
+    nbformat.write(student_notebook(old, ALL), dest)
+    [r] = grade_class(root, tmp_path / "class", tmp_path / "fresh_out",
+                      GradingOptions(cell_timeout=30), progress=False)
+    assert any("'test_add_zero' was added to the lesson after this notebook was released"
+               in n for n in r.notes), r.notes
+    assert not any("deleted" in n or "edited" in n for n in r.notes), r.notes
+    assert r.score == r.max_score == 6
