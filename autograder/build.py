@@ -9,7 +9,7 @@ from nbgrader.apps import NbGraderAPI
 from .config import list_assignments, work_config
 from .mistakes import MISTAKES_FILE
 
-__all__ = ["BuildError", "generate_release", "build", "check_build"]
+__all__ = ["BuildError", "generate_release", "build", "check_build", "check_test_cells"]
 
 
 class BuildError(RuntimeError):
@@ -71,6 +71,30 @@ def check_build(root: Path) -> list:
             if p.is_dir() and not p.name.startswith(".") and p.name not in assignments:
                 diffs.append(f"lessons/{p.name}/ (no solutions/{p.name}/)")
     return diffs
+
+
+def check_test_cells(root: Path) -> list:
+    """Test cells of ``solutions/`` that would not grade as their author means; [] when none.
+
+    A test cell whose last statement is an expression is read as a partial-credit score
+    (nbgrader's convention, autograder.partial); one whose expression may carry a value of the
+    student's code would be refused when grading (scored 0, sent for review), so it is reported
+    here first: ``solutions/<id>/<nb>.ipynb: test cell 'x': <why>``.
+    """
+    import nbformat
+
+    from .partial import last_expression_problems
+    root, found = Path(root), []
+    for a in list_assignments(root):
+        for path in sorted((root / "solutions" / a).glob("*.ipynb")):
+            for cell in nbformat.read(path, as_version=4).cells:
+                meta = cell.metadata.get("nbgrader", {})
+                if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+                    continue
+                found += [f"{path.relative_to(root).as_posix()}: test cell "
+                          f"'{meta.get('grade_id')}': {why}"
+                          for why in last_expression_problems(cell.source)]
+    return found
 
 
 def build(root: Path) -> list:

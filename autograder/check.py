@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from mlexp.check import ExerciseResult, format_report, judge_test_cell
+from mlexp.check import ExerciseResult, format_report, result_of
 
 from .options import GradingOptions
 from .repair import SubmissionRejected, normalise_name, read_notebook_text, repair_notebook
@@ -53,13 +53,6 @@ def find_release(path: Path, course=None):
     return root, None
 
 
-def _outcome(cell) -> tuple:
-    """(passed, message, timed out) from a test cell's outputs, judged as `grade` does: an error
-    output fails the cell (the harness's names for a cell out of time or never run included)."""
-    from .harness import NOT_RUN_ENAME, TIMEOUT_ENAME
-    return judge_test_cell(cell, {TIMEOUT_ENAME: ("timed out", True), NOT_RUN_ENAME: ("not run", False)})
-
-
 def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     """Run the notebook at ``path``; return (ExerciseResults per visible test cell, notes).
 
@@ -87,13 +80,9 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
                                       cwd=None if sandboxed else path.parent)
     if executed is None:
         raise NotebookError(f"{path.name} could not be run: {'; '.join(report.get('review', []))}")
-    results = []
-    for cell in executed.cells:
-        if is_test_cell(cell):
-            meta = cell.metadata["nbgrader"]
-            passed, message, timed_out = _outcome(cell)
-            results.append(ExerciseResult(meta.get("grade_id", "?"), float(meta.get("points", 0)),
-                                          passed, message, timed_out))
+    from .harness import NOT_RUN_ENAME, TIMEOUT_ENAME
+    special = {TIMEOUT_ENAME: ("timed out", True), NOT_RUN_ENAME: ("not run", False)}
+    results = [result_of(cell, special) for cell in executed.cells if is_test_cell(cell)]
     for what in report.get("timeouts", []):
         if not any(r.grade_id == what for r in results):
             notes.append(f"{what} ran longer than its time limit ({options.cell_timeout} s) and "

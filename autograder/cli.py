@@ -132,13 +132,17 @@ def _build(args) -> int:
             print(f"wrote {len(write_demo(root, root / 'autograder' / 'demo'))} demo notebooks")
         return 0
     if args.check:
+        from .build import check_test_cells
+        problems = check_test_cells(root)
+        if problems:
+            print("test cells that would not grade as written:", *problems, sep="\n  ")
         diffs = check_build(root)
         if diffs:
             print("lessons/ is out of date with solutions/; run `python -m autograder build`. "
                   "Differing:", *diffs, sep="\n  ")
             return 1
         print("lessons/ is in sync with solutions/")
-        return 0
+        return 1 if problems else 0
     for a in build(root):
         print(f"wrote lessons/{a}/")
     return 0

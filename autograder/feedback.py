@@ -1,13 +1,20 @@
-"""Feedback pages without hidden tests or student scripts: preprocessors for generate_feedback."""
+"""Feedback pages without hidden tests or student scripts: preprocessors for generate_feedback.
+
+Math is rendered to MathML when the page is written (latex2mathml), which browsers typeset
+natively: a page needs no MathJax, no network and no script, so it reads the same offline or as
+an LMS attachment. Figures are ``data:`` images inside the page.
+"""
+import html
 import re
 
 import nh3
+from latex2mathml.converter import convert as _latex_to_mathml
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
 from .mistakes import exercise_titles, hint_shown, is_test_cell
 
-__all__ = ["HideHiddenTests", "ExerciseFeedback", "SanitizeFeedback", "clean_html"]
+__all__ = ["HideHiddenTests", "ExerciseFeedback", "SanitizeFeedback", "clean_html", "tex_to_mathml"]
 
 NOTE = "(traceback not shown: this test cell holds hidden tests)"
 
@@ -56,21 +63,42 @@ class ExerciseFeedback(NbGraderPreprocessor):
             cell.metadata["autograder"] = {
                 "title": titles.get(meta.get("grade_id"), meta.get("grade_id", "")),
                 "failed": failed,
-                "hint": (hint_shown(cell) or "This test failed; the error below says how.")
-                if failed else ""}
+                "hint": (hint_shown(cell) or _partial_hint(score, points)) if failed else ""}
         return nb, resources
 
 
+def _partial_hint(score, points) -> str:
+    """The hint of a test that lost points without an error: it ended in a partial score."""
+    if score is not None and float(score) > 0:
+        return (f"Partial credit: this test gave {float(score):g} of {float(points):g} points; "
+                "its output below says what is missing.")
+    return "This test failed; the error below says how."
+
+
+# MathML (what tex_to_mathml writes; MathML Core, which browsers render) and its presentation
+# attributes: none of them is a link, a style or a script.
+_MATHML_TAGS = {"math", "mrow", "mi", "mo", "mn", "ms", "mtext", "mspace", "msub", "msup",
+                "msubsup", "mfrac", "msqrt", "mroot", "mstyle", "merror", "mpadded", "mphantom",
+                "menclose", "munder", "mover", "munderover", "mtable", "mtr", "mtd",
+                "mmultiscripts", "mprescripts", "none", "semantics", "annotation"}
+_MATHML_ATTRIBUTES = {"display", "mathvariant", "stretchy", "fence", "form", "separator",
+                      "lspace", "rspace", "width", "height", "depth", "columnalign", "rowalign",
+                      "columnlines", "rowlines", "columnspacing", "rowspacing", "accent",
+                      "accentunder", "movablelimits", "displaystyle", "scriptlevel",
+                      "linethickness", "largeop", "symmetric", "minsize", "maxsize", "notation",
+                      "encoding", "xmlns"}
 # Tags a lesson's markdown and a library's HTML output use; attributes on top of nh3's defaults.
-_TAGS = nh3.ALLOWED_TAGS | {"tfoot"}
+_TAGS = nh3.ALLOWED_TAGS | {"tfoot"} | _MATHML_TAGS
 _ATTRIBUTES = {**{t: set(a) for t, a in nh3.ALLOWED_ATTRIBUTES.items()},
+               **{t: set(_MATHML_ATTRIBUTES) for t in _MATHML_TAGS},
                "*": {"class", "id", "title", "lang", "dir"}}
 _URL_SCHEMES = nh3.ALLOWED_URL_SCHEMES | {"data"}
 _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*",
                          re.IGNORECASE)
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
-# MathJax typesets TeX found in the page's text; these macros make links, classes, styles and
-# ids out of it (\href{javascript:...}{x}). Each becomes \text, which shows its argument as text.
+# TeX macros that make links, classes, styles and ids (\href{javascript:...}{x}), in MathJax
+# and in MathML converters alike. Each becomes \text, which shows its argument as text: in TeX
+# before tex_to_mathml converts it, and in whatever TeX is left as text in a page.
 _TEX_MACROS = re.compile(r"\\(href|url|class|cssId|style|unicode|require|data|html)(?![A-Za-z])")
 _KEPT_AS_IS = {"text/plain", "image/png", "image/jpeg", "image/svg+xml", "application/json"}
 
@@ -98,8 +126,35 @@ def clean_html(html: str) -> str:
     return _TEX_MACROS.sub(r"\\text", safe)
 
 
+def tex_to_mathml(tex: str, display: bool = False) -> str:
+    """TeX math (without its ``$`` delimiters) as a MathML ``<math>`` element, by latex2mathml.
+
+    The result is not yet safe (``\\text{<b>}`` passes its text through): callers clean it
+    with :func:`clean_html`. TeX that latex2mathml cannot read is kept as code text,
+    ``<code class="tex">...</code>``, escaped, so the page still shows what was written.
+    """
+    tex = _TEX_MACROS.sub(r"\\text", tex)
+    try:
+        return _latex_to_mathml(tex, display="block" if display else "inline")
+    except Exception:   # noqa: BLE001 (latex2mathml raises many types for TeX it lacks)
+        return f'<code class="tex">{html.escape(tex.strip())}</code>'
+
+
+class _MathMLRenderer(IPythonRenderer):
+    """nbconvert's markdown renderer with math written as MathML instead of TeX for MathJax."""
+
+    def block_math(self, body: str) -> str:
+        return tex_to_mathml(body, display=True)
+
+    def inline_math(self, body: str) -> str:
+        return tex_to_mathml(body)
+
+    def latex_environment(self, name: str, body: str) -> str:
+        return tex_to_mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", display=True)
+
+
 def _markdown(source: str, attachments=None) -> str:
-    renderer = IPythonRenderer(escape=False, attachments=attachments or {})
+    renderer = _MathMLRenderer(escape=False, attachments=attachments or {})
     return MarkdownWithMath(renderer=renderer).render(source)
 
 
@@ -134,13 +189,14 @@ class SanitizeFeedback(NbGraderPreprocessor):   # enabled by default, as nbgrade
 
     Instructors open feedback pages, and a student writes their markdown cells and, through
     their code, their outputs (``display(HTML(...))``). Each markdown cell is rendered to HTML
-    as nbconvert would and cleaned with :func:`clean_html`; math stays as TeX text for MathJax.
-    In outputs, ``text/html`` is cleaned; ``text/markdown`` is rendered and cleaned; text,
-    PNG and JPEG images (base64 checked), SVG (shown through ``<img>``, where scripts never
-    run) and LaTeX (escaped by the template; link macros made text) are kept; everything that
+    as nbconvert would and cleaned with :func:`clean_html`. In outputs, ``text/html`` is cleaned; ``text/markdown`` is rendered and cleaned; text,
+    PNG and JPEG images (base64 checked) and SVG (shown through ``<img>``, where scripts never
+    run) are kept, LaTeX is rendered to MathML; everything that
     runs code (``application/javascript``, widget views) or that this step does not know is
     dropped. Output metadata is cut to numeric sizes and flags, since the template writes it
-    into unquoted attributes. Raw cells are cleaned too.
+    into unquoted attributes. Raw cells are cleaned too. Math (``$...$``, ``$$...$$``,
+    ``\\begin{...}``), in markdown and in LaTeX outputs, becomes MathML (:func:`tex_to_mathml`)
+    before the cleaning, so the page typesets it without MathJax or a network.
     """
 
     def preprocess_cell(self, cell, resources, cell_index):
@@ -169,8 +225,8 @@ class SanitizeFeedback(NbGraderPreprocessor):   # enabled by default, as nbgrade
                     kept[mime] = text
             elif mime in _KEPT_AS_IS:
                 kept[mime] = text
-            elif mime == "text/latex":
-                kept[mime] = _TEX_MACROS.sub(r"\\text", text)
+            elif mime == "text/latex" and "text/html" not in data:   # e.g. sympy's $x^2$
+                kept["text/html"] = clean_html(_markdown(text))
             elif mime == "text/html":
                 kept[mime] = clean_html(text)
             elif mime == "text/markdown" and "text/html" not in data:

@@ -34,7 +34,7 @@ from .collect import choose_notebook, collect
 from .config import list_assignments, work_config
 from .journal import atomic_write, digest, load_result, save_result
 from .options import GradingOptions
-from .repair import SubmissionRejected, read_notebook_text, repair_notebook
+from .repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
            "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION"]
@@ -99,9 +99,10 @@ def _reason(text: str) -> str:
 
 
 class _Lesson:
-    """One assignment as released: notebook names, release notebooks, instructor test sources."""
+    """One assignment as released: notebook names, release notebooks, instructor test sources,
+    and the earlier releases of each notebook (so an old notebook is not blamed for changes)."""
 
-    def __init__(self, work: Path, assignment: str):
+    def __init__(self, work: Path, assignment: str, root: Path):
         release, source = work / "release" / assignment, work / "source" / assignment
         self.names = sorted(p.name for p in release.glob("*.ipynb"))
         self.release = {n: nbformat.read(release / n, as_version=4) for n in self.names}
@@ -114,6 +115,14 @@ class _Lesson:
         self.columns = [c.metadata["nbgrader"]["grade_id"] for n in self.names
                         for c in self.release[n].cells if c.metadata.get("nbgrader", {}).get("grade")]
         self.digest = digest(*(p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file()))
+        # the releases before this one, per notebook (autograder.repair's ``earlier``): the
+        # course's committed lessons/ and the releases made in this DIR
+        self.earlier = {}
+        for n in self.names:
+            now = release_cells(self.release[n])
+            found = _git_releases(root, assignment, n) + \
+                [r[n] for r in _release_history(work, assignment) if n in r]
+            self.earlier[n] = [r for i, r in enumerate(found) if r != now and r not in found[:i]]
 
 
 def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
@@ -136,7 +145,8 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
             data = path.read_bytes()
             parts += [name, data]
             nb, notes = read_notebook_text(data, max_bytes)
-            repairs = repair_notebook(nb, lesson.release[name], lesson.sources)
+            repairs = repair_notebook(nb, lesson.release[name], lesson.sources,
+                                      lesson.earlier[name])
             res.notes += notes + repairs
             job.review += [n for n in repairs if TAMPERING in n]
         except SubmissionRejected as exc:
@@ -234,8 +244,82 @@ class _Grader:
             res.feedback.append(str(shutil.copyfile(html, dst / html.name)))
 
 
+def _history_path(work: Path, assignment: str) -> Path:
+    return work / "release" / f".{assignment}.history.json"
+
+
+def _release_history(work: Path, assignment: str) -> list:
+    """The assignment's releases into this DIR, oldest first: each {notebook: release_cells}."""
+    try:
+        history = json.loads(_history_path(work, assignment).read_text())
+    except (OSError, ValueError):
+        return []
+    return history if isinstance(history, list) else []
+
+
+def _git_releases(root: Path, assignment: str, name: str, limit: int = 30) -> list:
+    """The released notebook ``lessons/<assignment>/<name>`` as each of its last ``limit``
+    commits held it, oldest first, each as repair.release_cells: what students downloaded
+    before this DIR existed. [] when the course is not a git checkout (or git is missing)."""
+    import subprocess
+    rel = f"lessons/{assignment}/{name}"
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60,
+                              check=True).stdout
+    try:
+        revs = git("log", f"-{limit}", "--format=%H", "--", rel).decode().split()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for rev in reversed(revs):
+        try:
+            found.append(release_cells(nbformat.reads(git("show", f"{rev}:{rel}").decode(),
+                                                      as_version=4)))
+        except Exception:   # noqa: BLE001 (a commit where the file was deleted or not JSON)
+            continue
+    return found
+
+
+def _record_release(work: Path, assignment: str) -> None:
+    """Append the assignment's current release to its history (when it differs from the last)."""
+    folder = work / "release" / assignment
+    if not folder.is_dir():
+        return
+    now = {p.name: release_cells(nbformat.read(p, as_version=4))
+           for p in sorted(folder.glob("*.ipynb"))}
+    history = _release_history(work, assignment)
+    if not history or history[-1] != now:
+        atomic_write(_history_path(work, assignment), json.dumps(history + [now], indent=1))
+
+
+def _forget_assignments(work: Path, assignments: list, db_url) -> None:
+    """Remove ``assignments`` (their notebooks, cells and submissions) from the gradebook.
+
+    nbgrader refuses to add, remove or change the cells of an assignment that has submissions
+    ("Cannot add or remove cells ... there are submissions"), so a lesson changed after a
+    batch could never be regraded into the same DIR. The journal (DIR/results/), not the
+    gradebook, is the record of every grade: a result whose lesson is unchanged is reused from
+    it, and every submission of a changed lesson is graded again, which recreates its rows.
+    """
+    config = work_config(work, db_url=db_url)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=SAWarning)
+        with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
+            for a in assignments:
+                try:
+                    gb.remove_assignment(a)
+                except MissingEntry:
+                    pass
+
+
 def _release(root: Path, work: Path, needed: list, db_url) -> None:
-    """Generate the release of each needed assignment, unless its source is unchanged."""
+    """Generate the release of each needed assignment, unless its source is unchanged.
+
+    A release replaced in this DIR is kept in the assignment's history (_release_history), so
+    that a notebook of an earlier release is not said to have deleted what was added since
+    (autograder.repair), and the assignment's stale rows leave the gradebook first
+    (_forget_assignments)."""
     stale = []
     for a in needed:
         src = Path(root) / "solutions" / a
@@ -245,8 +329,12 @@ def _release(root: Path, work: Path, needed: list, db_url) -> None:
         if not mark.is_file() or mark.read_text() != stamp + str(db_url):
             stale.append((a, mark, stamp))
     if stale:
+        for a, _, _ in stale:
+            _record_release(work, a)   # a release made before histories were kept
+        _forget_assignments(work, [a for a, _, _ in stale], db_url)
         generate_release(root, [a for a, _, _ in stale], work, db_url)
         for a, mark, stamp in stale:
+            _record_release(work, a)
             atomic_write(mark, stamp + str(db_url))
 
 
@@ -287,7 +375,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                   key=lambda s: (s.assignment, s.student))
     needed = sorted({s.assignment for s in subs if not s.problem})
     _release(root, work, needed, db_url)
-    lessons = {a: _Lesson(work, a) for a in needed}
+    lessons = {a: _Lesson(work, a, root) for a in needed}
     settings = f"{GRADER_VERSION} {options}"
     prepared = [_prepare(s, lessons.get(s.assignment), settings, max_bytes) for s in subs]
     # nbgrader reads student ids as globs and path patterns: it sees only safe internal ids,

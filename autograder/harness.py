@@ -6,12 +6,15 @@ process, in a fresh namespace where each name the test uses but does not define 
 the kernel as data (:mod:`autograder.wire`): values are rebuilt as plain Python types and tensors,
 student functions become :class:`StudentFunction` proxies. So nothing the student's process
 prints, patches or returns can make a test pass: a test passes only when its own code, here,
-runs to the end. Hidden test source never reaches the kernel. Outputs are capped per cell and per
-notebook; a cell or a test past its time limit fails with a message that says so.
+runs to the end. A test that ends in a number scores that much (nbgrader's partial credit),
+unless the number may carry a student value (:mod:`autograder.partial`): see :func:`run_test`.
+Hidden test source never reaches the kernel. Outputs are capped per cell and per notebook; a
+cell or a test past its time limit fails with a message that says so.
 
 ``python -m autograder.harness JOB.json`` is how the grader runs it (autograder.sandbox): a
 separate process per submission, which writes the executed notebook and a JSON report.
 """
+import ast
 import builtins
 import contextlib
 import io
@@ -38,7 +41,7 @@ from traitlets import Any, List  # noqa: E402
 from . import wire  # noqa: E402
 from .wire import WIRE_MIME, Opaque, WireError, decode, encode  # noqa: E402
 
-from . import jail  # noqa: E402
+from . import jail, partial  # noqa: E402
 from .config import KERNEL_ARGS  # noqa: E402
 from .options import GradingOptions  # noqa: E402
 
@@ -116,12 +119,14 @@ class StudentNamespace(dict):
     def __init__(self, link):
         super().__init__(__builtins__=builtins, __name__="__main__")
         self._link = link
+        self.fetched = set()     # the names whose value came from the kernel (autograder.partial)
 
     def _fetch(self, name):
         if not isinstance(name, str) or name.startswith("__") or hasattr(builtins, name):
             raise KeyError(name)
         value = self._link.lookup(name)
         dict.__setitem__(self, name, value)
+        self.fetched.add(name)
         return value
 
     def __missing__(self, name):
@@ -501,23 +506,53 @@ def _alarm(link, seconds):
         signal.signal(signal.SIGALRM, old)
 
 
-def run_test(cell, link, options, limit, show_call_output=False) -> None:
+def run_test(cell, link, options, limit, show_call_output=False) -> str:
     """Run a graded test cell here within ``limit`` seconds, in a fresh StudentNamespace; set its
-    outputs."""
-    grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "test")
+    outputs. Returns a reason for a person to look at the submission, or "".
+
+    A test that ends in an expression whose value is a number awards that many of its points,
+    nbgrader's partial credit: the value is evaluated here and written as the cell's
+    ``execute_result`` (what nbgrader's ``determine_grade`` reads), capped at the cell's points
+    (autograder.partial.credit). When the expression may carry a value of the student's
+    (autograder.partial.student_derived, with the names this test fetched from the kernel), the
+    test fails with PartialCreditRefused instead and the reason is returned.
+    """
+    meta = cell.metadata.get("nbgrader", {})
+    grade_id = meta.get("grade_id", "test")
     filename = f"<test cell {grade_id}>"
     source = cell.source
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     out = _Capped(options.cell_output_kb * 1024)
-    error = None
+    error, result, review = None, None, ""
     link.client.request_stdout = []
     link.expired = False
     link.deadline = time.monotonic() + limit
+    namespace = StudentNamespace(link)
     try:
-        code = compile(source, filename, "exec")
+        tree = ast.parse(source, filename)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) \
+            and not partial.ends_silenced(source, tree.body[-1]) else None
+        code = compile(tree, filename, "exec")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
                 _alarm(link, limit):
-            exec(code, StudentNamespace(link))
+            exec(code, namespace)
+            value = None if last is None else \
+                eval(compile(ast.Expression(last.value), filename, "eval"), namespace)
+        if value is not None:
+            tree.body.append(last)
+            points, note, refused = partial.credit(
+                value, float(meta.get("points", 0) or 0), last.value,
+                partial.student_derived(tree, namespace.fetched))
+            if refused:
+                error = _error(partial.REFUSED_ENAME, note)
+                review = (f"test '{grade_id}' ends in a partial-credit score made from "
+                          f"{', '.join(f'`{n}`' for n in refused)}, which may hold the student's "
+                          "values: refused (scored 0); see `build --check`")
+            elif points is not None:
+                result = nbformat.v4.new_output("execute_result", data={"text/plain": f"{points:g}"},
+                                                execution_count=None)
+                if note:
+                    out.write(note + "\n")
     except StudentTimeout as exc:
         error = _error(TIMEOUT_ENAME, f"{_timeout_text(options, limit, 'this test')} ({exc})")
     except KernelGone:
@@ -541,6 +576,9 @@ def run_test(cell, link, options, limit, show_call_output=False) -> None:
         cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
     if error is not None:
         cell.outputs.append(error)
+    elif result is not None:
+        cell.outputs.append(result)
+    return review
 
 
 def _watch_list(nb) -> list:
@@ -619,7 +657,9 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                     continue
                 timed_out = False
                 if is_test_cell(cell):
-                    run_test(cell, link, options, limit, show_call_output)
+                    review = run_test(cell, link, options, limit, show_call_output)
+                    if review:
+                        report["review"].append(review)
                     timed_out = any(o.get("ename") == TIMEOUT_ENAME for o in cell.outputs)
                 elif cell.source.strip():
                     timed_out = client.run_cell(cell, index, limit)

@@ -14,9 +14,16 @@ change, which the per-student status reports:
 - a deleted cell is inserted again from the release (a deleted solution cell comes back blank);
 - grader metadata on cells the release does not know is removed;
 - the kernelspec is set to the release's; notebooks older than nbformat 4.5 get cell ids.
+
+A lesson may change after students got it. Given the lesson's earlier releases
+(:func:`release_cells` of each), a notebook that matches an earlier release is told so instead
+of being blamed: a cell added since is "added to the lesson after this notebook was released",
+a locked cell whose text is an earlier release's was "changed in the lesson since", and a
+graded cell the lesson no longer has was "removed from the lesson".
 """
 import copy
 import difflib
+import hashlib
 import json
 import re
 import uuid
@@ -24,7 +31,7 @@ import uuid
 import nbformat
 
 __all__ = ["repair_notebook", "read_notebook_text", "not_a_notebook", "SubmissionRejected",
-           "normalise_name"]
+           "normalise_name", "release_cells"]
 
 SIMILAR_TEST = 0.6       # a test or read-only cell must look this much like the release's
 SIMILAR_SOLUTION = 0.3   # a solution cell is the student's code; only its frame must match
@@ -161,8 +168,21 @@ def _similarity(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio()
 
 
-def _match(sub_cells, keys, notes) -> dict:
-    """Map release key index -> submission cell index; demotes duplicate copies in place."""
+def _text_digest(source: str) -> str:
+    return hashlib.sha256(source.strip().encode()).hexdigest()[:16]
+
+
+def release_cells(release) -> dict:
+    """{grade_id: digest of its source} for every cell of a released notebook with grader
+    metadata: what :func:`repair_notebook` compares a submission with (``earlier``)."""
+    return {_meta(c)["grade_id"]: _text_digest(c.source) for c in release.cells
+            if _meta(c).get("grade_id")}
+
+
+def _match(sub_cells, keys, notes, retired=()) -> dict:
+    """Map release key index -> submission cell index; demotes duplicate copies in place.
+
+    ``retired``: grade ids of earlier releases that the lesson no longer has."""
     key_ids = {_meta(c)["grade_id"]: i for i, c in enumerate(keys)}
     matched, by_gid = {}, {}
     for j, cell in enumerate(sub_cells):
@@ -170,7 +190,9 @@ def _match(sub_cells, keys, notes) -> dict:
         if gid in key_ids:
             by_gid.setdefault(gid, []).append(j)
         elif _meta(cell):
-            notes.append(f"removed grader metadata from a cell the lesson does not have ('{gid}')")
+            notes.append(f"{_kind(_meta(cell))} '{gid}' was removed from the lesson after this "
+                         "notebook was released: not graded" if gid in retired else
+                         f"removed grader metadata from a cell the lesson does not have ('{gid}')")
             cell.metadata.pop("nbgrader", None)
     for gid, js in by_gid.items():
         if len(js) > 1:
@@ -221,15 +243,37 @@ def _match(sub_cells, keys, notes) -> dict:
     return matched
 
 
-def repair_notebook(nb, release, sources: dict) -> list:
+def _predates(missing: set, current: set, earlier) -> set:
+    """The missing cells explained by an earlier release: the largest set of cells added since
+    one of them that the submission lacks entirely (a notebook of that release lacks them all)."""
+    best = set()
+    for cells in earlier:
+        added = current - set(cells)
+        if added and added <= missing and len(added) > len(best):
+            best = added
+    return best
+
+
+def repair_notebook(nb, release, sources: dict, earlier=()) -> list:
     """Repair ``nb`` in place against the ``release`` notebook; return the notes (may be []).
 
     ``sources`` maps grade_id -> the instructor's version of each test cell (hidden tests
     included): a submitted test cell equal to it, or to the release, is not reported as edited.
+    ``earlier``: the lesson's earlier releases, each as :func:`release_cells` gives it, so that
+    a notebook of an earlier release is not reported as having deleted or edited what the
+    lesson added or changed since.
     """
     notes = []
     keys = [c for c in release.cells if _meta(c).get("grade_id")]
-    matched = _match(nb.cells, keys, notes)
+    current = {_meta(c)["grade_id"] for c in keys}
+    retired = {g for cells in earlier for g in cells} - current
+    matched = _match(nb.cells, keys, notes, retired)
+    added = _predates({_meta(keys[i])["grade_id"] for i in range(len(keys)) if i not in matched},
+                      current, earlier)
+    old_texts = {}
+    for cells in earlier:
+        for gid, text in cells.items():
+            old_texts.setdefault(gid, set()).add(text)
     # Insert deleted cells after the cell matched to the previous key, walking in release order.
     cells = list(nb.cells)
     position = {i: cells[j] for i, j in matched.items()}
@@ -243,6 +287,11 @@ def repair_notebook(nb, release, sources: dict) -> list:
         cells.insert(at, fresh)
         position[i] = fresh
         meta = _meta(key)
+        if meta["grade_id"] in added:
+            what = "put in blank" if meta.get("solution") else "it was put in"
+            notes.append(f"{_kind(meta)} '{meta['grade_id']}' was added to the lesson after "
+                         f"this notebook was released: {what}")
+            continue
         what = "put back blank" if meta.get("solution") else "restored from the lesson"
         notes.append(f"{_kind(meta)} '{meta['grade_id']}' was deleted: {what}")
     for i, key in enumerate(keys):
@@ -266,7 +315,10 @@ def repair_notebook(nb, release, sources: dict) -> list:
             if flag in key.metadata:
                 cell.metadata[flag] = key.metadata[flag]
         if meta.get("locked") and not meta.get("solution") and cell.source != key.source:
-            if cell.source.strip() != sources.get(meta["grade_id"], key.source).strip():
+            if _text_digest(cell.source) in old_texts.get(meta["grade_id"], ()):
+                notes.append(f"{_kind(meta)} '{meta['grade_id']}' was changed in the lesson "
+                             "after this notebook was released: the new version was put in")
+            elif cell.source.strip() != sources.get(meta["grade_id"], key.source).strip():
                 notes.append(f"{_kind(meta)} '{meta['grade_id']}' had been edited: restored")
             cell.source = key.source
     nb.cells = cells

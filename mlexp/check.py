@@ -26,8 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "format_report",
-           "is_test_cell", "main"]
+__all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "partial_score",
+           "result_of", "format_report", "is_test_cell", "main"]
 
 HIDDEN_NOTE = "hidden tests run only when the course grades it"
 
@@ -44,6 +44,11 @@ class ExerciseResult:
     passed: bool
     message: str = ""     # the "Hint: ..." of a failing assert, or "ErrorType: message"
     timed_out: bool = False
+    score: float = None   # points scored: all or none, or the test's partial credit
+
+    def __post_init__(self):
+        if self.score is None:
+            self.score = self.points if self.passed else 0.0
 
 
 def is_test_cell(cell) -> bool:
@@ -72,6 +77,32 @@ def judge_test_cell(cell, special=None) -> tuple:
             return False, "NotImplementedError: not done yet (a solution cell still raises it)", False
         return False, f"{ename}: {evalue}", False
     return True, "", False
+
+
+def partial_score(cell):
+    """The partial credit an executed test cell gave (its last expression's number, shown as an
+    ``execute_result``, nbgrader's convention), or None when it gave none."""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "execute_result":
+            try:
+                return float(out.get("data", {}).get("text/plain", ""))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def result_of(cell, special=None) -> ExerciseResult:
+    """The :class:`ExerciseResult` of an executed test cell; partial credit below the cell's
+    points is a FAIL that says how many points it gave (capped at the points)."""
+    meta = cell.metadata["nbgrader"]
+    passed, message, timed_out = judge_test_cell(cell, special)
+    points = float(meta.get("points", 0))
+    score = partial_score(cell) if passed else None
+    if score is not None:
+        score = min(max(score, 0.0), points) if score == score else 0.0
+        if score < points:
+            passed, message = False, f"partial credit: {score:g} of {points:g} points"
+    return ExerciseResult(meta.get("grade_id", "?"), points, passed, message, timed_out, score)
 
 
 def _lesson_stem(name: str) -> str:
@@ -166,14 +197,7 @@ def check_notebook(path, timeout: int = 300) -> tuple:
             os.environ.pop("NBGRADER_EXECUTION", None)
         else:
             os.environ["NBGRADER_EXECUTION"] = saved
-    results = []
-    for cell in nb.cells:
-        if is_test_cell(cell):
-            meta = cell.metadata["nbgrader"]
-            passed, message, timed_out = judge_test_cell(cell)
-            results.append(ExerciseResult(meta.get("grade_id", "?"), float(meta.get("points", 0)),
-                                          passed, message, timed_out))
-    return results, notes
+    return [result_of(cell) for cell in nb.cells if is_test_cell(cell)], notes
 
 
 def format_report(name: str, results: list, notes=()) -> str:
@@ -184,10 +208,10 @@ def format_report(name: str, results: list, notes=()) -> str:
     width = max(len(r.grade_id) for r in results)
     lines.append(f"{name}: {len(results)} graded test cells")
     for r in results:
-        pts = f"{r.points:g}/{r.points:g}" if r.passed else f"0/{r.points:g}"
+        pts = f"{r.score:g}/{r.points:g}"
         line = f"{'PASS' if r.passed else 'FAIL'}  {r.grade_id.ljust(width)}  {pts:>7}"
         lines.append(line + (f"  {r.message}" if r.message else ""))
-    got = sum(r.points for r in results if r.passed)
+    got = sum(r.score for r in results)
     total = sum(r.points for r in results)
     lines.append(f"visible tests: {sum(r.passed for r in results)}/{len(results)} passed, "
                  f"{got:g}/{total:g} points ({HIDDEN_NOTE})")
