@@ -56,9 +56,14 @@ def _system_binds() -> list:
     return args
 
 
-def _python_dirs(course_root) -> list:
+def _python_dirs(course_root, private=()) -> list:
     """Folders the kernel's Python needs, outermost first: installation, environment, extra
-    import paths (never the course root itself, nor a folder inside it other than a venv)."""
+    import paths (never the course root itself, nor a folder inside it other than a venv).
+
+    ``private``: the grader's own folders (the job folder: the restored notebook with its hidden
+    tests, job.json; it is also the harness's working folder, so it is on the harness's
+    sys.path): none of them, no folder inside one and no folder holding one is ever mounted,
+    wherever TMPDIR puts them."""
     dirs = [Path(sys.base_prefix), Path(sys.prefix)]
     for p in sys.path:
         if p and Path(p).is_dir():
@@ -75,6 +80,8 @@ def _python_dirs(course_root) -> list:
             continue   # the course root or one of its parents: never mounted whole
         if course_root is not None and course_root in d.parents and d != Path(sys.prefix).resolve():
             continue   # inside the course (its own package folders): only mlexp, below
+        if any(d == p or p in d.parents or d in p.parents for p in private):
+            continue   # the grader's own folder, inside it, or holding it
         keep.append(d)
     return keep
 
@@ -108,7 +115,7 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     args += _system_binds()
     args += ["--ro-bind", f"SRC:{passwd}", "/etc/passwd",
              "--ro-bind", f"SRC:{group}", "/etc/group"]
-    for d in _python_dirs(course_root):
+    for d in _python_dirs(course_root, private=(Path(job_dir).resolve(),)):
         args += ["--ro-bind", f"SRC:{d}", str(d)]
     args += ["--ro-bind", f"SRC:{_mlexp_dir()}", f"{COURSE_MOUNT}/mlexp"]
     env = kernel_env(options, mode)

@@ -1,11 +1,18 @@
-"""A student function called from a test, through the real harness and a sandboxed kernel.
+"""The trusted harness and the sandboxed kernel, run for real on small notebooks.
 
 Issue 25, item 1: a function that changes its tensor arguments in place used to have the change
 copied back into the test's own tensors, so a test that computes its expected value after the
 call could be forged (lesson 02's write with the factor-two slip that also doubles k). The
 arguments the kernel gets are its copies: a change fails the call with a hint naming the
 parameter, and never reaches the test's tensors.
+
+Item 2: the harness's job folder (the restored notebook with every hidden test, job.json) was
+mounted into the sandbox because the harness's working folder is on its sys.path; under the
+default TMPDIR the sandbox's own /tmp happened to cover it, elsewhere it did not.
 """
+import tempfile
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -52,3 +59,36 @@ def test_arguments_changed_in_place_fail_and_never_reach_the_test(tmp_path):
         assert err["ename"] == "AssertionError", err
         assert f"{name} changed {param} in place" in err["evalue"], err
     assert report["tampered"] == [] and not report["kernel"], report
+
+
+PROBE = """import os
+found = []
+for line in open('/proc/self/mountinfo'):   # every folder mounted, even one it may not list
+    point = line.split()[4]
+    for name in ('job.json', 'in.ipynb', 'harness.log'):
+        try:
+            with open(os.path.join(point, name)) as f:
+                found.append((os.path.join(point, name), 'hidden_probe_9' in f.read()))
+        except OSError:
+            pass
+print('FOUND' if found else 'NOTHING', found[:5])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tmpdir", ["/tmp", "/var/tmp"])
+def test_the_job_folder_is_never_in_the_sandbox(tmp_path, tmpdir, monkeypatch):
+    base = Path(tempfile.mkdtemp(prefix="autograder-tmpdir-", dir=tmpdir))
+    base.chmod(0o1777)      # as a TMPDIR is
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    cells = [nbformat.v4.new_code_cell(PROBE),
+             _test("test_secret", 1, "### BEGIN HIDDEN TESTS\nassert 'hidden_probe_9'\n### END HIDDEN TESTS")]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    try:
+        executed, report = run_submission(nb, tmp_path, GradingOptions(cell_timeout=60))
+        assert not report["kernel"], report
+        [out] = [o for o in executed.cells[0].outputs if o.get("output_type") == "stream"]
+        assert out["text"].startswith("NOTHING"), out["text"]
+    finally:
+        import shutil
+        shutil.rmtree(base, ignore_errors=True)
