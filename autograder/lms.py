@@ -55,6 +55,7 @@ class LmsFile:
     file_id: str             # the file name as the student uploaded it (may hold folders)
     time: float = None       # upload time from the name (seconds since the epoch), if any
     late: bool = False
+    stamp: str = ""          # that time as written (ISO 8601, no zone: the LMS's wall clock)
 
 
 def _plugin(layout: str, rels) -> FileNameCollectorPlugin:
@@ -72,8 +73,9 @@ def _read(layout: str, rel: str, found: dict):
                                                              found["file_id"])
     if not found.get("file_id"):    # Blackboard's receipt of an attempt
         return None
-    stamp = datetime.strptime(found["timestamp"], "%Y-%m-%d-%H-%M-%S").timestamp()
-    return LmsFile(rel, found["student_id"], found["file_id"], time=stamp)
+    when = datetime.strptime(found["timestamp"], "%Y-%m-%d-%H-%M-%S")
+    return LmsFile(rel, found["student_id"], found["file_id"], time=when.timestamp(),
+                   stamp=when.isoformat())
 
 
 def match_layout(rels) -> tuple:
