@@ -254,6 +254,11 @@ def _grade(args) -> int:
     notes = [n for n in (notes.read_text().splitlines() if notes.is_file() else [])
              if not n.endswith("fully isolated")]
     print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), notes)))
+    from .results import OVERRIDES_FILE
+    from .term import TERM_RECORD
+    if term is not None or any((Path(args.out) / n).is_file() for n in (OVERRIDES_FILE, TERM_RECORD)):
+        print("the scores above are the tests' own; grades.csv's score has the term's late "
+              "penalties and DIR/overrides.csv applied (raw_score, late_penalty, override)")
     return 0
 
 

@@ -274,7 +274,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     (autograder.distributed; ``jobs`` then defaults to twice its worker threads) and writes
     each worker's isolation notes to ``out/isolation.txt``. ``term`` (autograder.term.Term)
     gives due dates, late rule and extensions, applied to grades.csv and the report (never in
-    the gradebook), and is recorded in ``out`` for later ``report`` runs; ``out/overrides.csv``
+    the gradebook), and is recorded in ``out`` for later runs (None: the recorded one, if any); ``out/overrides.csv``
     is read (never written) and checked before anything runs. Returns the Results sorted by
     assignment, then student. Raises FileNotFoundError / ValueError when ``submissions`` holds
     no class, results.OverrideError for a bad row of overrides.csv, sandbox.SandboxUnavailable when the OS sandbox cannot run (here, or on a worker)
@@ -302,8 +302,10 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     overrides = read_overrides(out / OVERRIDES_FILE, {   # a bad row stops the run before any kernel
         (s.student, s.assignment): _maxima(lessons[s.assignment]) if s.assignment in lessons else {}
         for s in subs})
-    if term is not None:
-        from .term import remember_term
+    from .term import remember_term, remembered_term
+    if term is None:   # the term file of an earlier --term, read again, else none
+        term = remembered_term(out, assignments)
+    else:
         remember_term(out, term)
     settings = f"{GRADER_VERSION} {options}"
     prepared = [_prepare(s, lessons.get(s.assignment), settings, max_bytes) for s in subs]

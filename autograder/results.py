@@ -16,8 +16,8 @@ The rule (README, "A term: due dates, extensions, overrides"):
 1. raw score = the machine score, with each exercise override replacing that exercise's points,
    or the lesson-total override replacing the whole sum;
 2. the due date is the student's extension, else the lesson's; the submission time comes from
-   nbgrader's ``timestamp.txt`` (a folder submission) or the Blackboard attempt date; unknown:
-   no penalty, and a note says so;
+   nbgrader's ``timestamp.txt`` (a folder submission), the Blackboard attempt date or a Moodle
+   grading worksheet named in the term file; unknown: no penalty, and a note says so;
 3. late by ``d`` started days (``d = ceil(late seconds / 86400)``): penalty =
    ``min(raw, raw * per_day * d)``; later than ``zero_after_days`` days: penalty = raw (score 0);
 4. score = raw - penalty, rounded to 0.01 point.
@@ -37,7 +37,7 @@ from .term import EMPTY_TERM, Term
 
 __all__ = ["Result", "Status", "GRADED", "NEEDS_REVIEW", "TIMED_OUT", "REJECTED", "Override",
            "OverrideError", "OVERRIDES_FILE", "OVERRIDE_COLUMNS", "read_overrides", "FinalGrade",
-           "final_grades", "class_grades", "late_penalty", "GRADE_COLUMNS", "write_grades_csv", "load_final_grades",
+           "final_grades", "class_grades", "with_worksheet_times", "late_penalty", "GRADE_COLUMNS", "write_grades_csv", "load_final_grades",
            "TIMESTAMP_SOURCE", "BLACKBOARD_SOURCE", "CANVAS_LATE_SOURCE"]
 
 GRADED, NEEDS_REVIEW, TIMED_OUT, REJECTED = "graded", "needs manual review", "timed out", "rejected"
@@ -267,7 +267,8 @@ def final_grades(results, term: Term = None, overrides=(), lesson_max: dict = No
         if due is not None and when is not None and status.kind != REJECTED:
             penalty, days = late_penalty(raw, (when - due).total_seconds(), term)
             if days:
-                late_note = (f"handed in {when.isoformat(' ', 'minutes')}, {days} started "
+                late_note = (f"handed in {when.astimezone(due.tzinfo).isoformat(' ', 'minutes')}, "
+                             f"{days} started "
                              f"day{'s' * (days != 1)} after the due date "
                              f"{due.isoformat(' ', 'minutes')}: -{penalty:g} points")
                 if penalty == raw and term.late.zero_after_days is not None and \
@@ -320,7 +321,30 @@ def class_grades(out, results: list, maxima: dict, term: Term = None) -> list:
     points}}). Raises OverrideError for a bad row."""
     known = {(r["student"], r["assignment"]): maxima.get(r["assignment"], {}) for r in results}
     overrides = read_overrides(Path(out) / OVERRIDES_FILE, known)
-    return final_grades(results, term, overrides, {a: sum(m.values()) for a, m in maxima.items()})
+    return final_grades(with_worksheet_times(results, term), term, overrides,
+                        {a: sum(m.values()) for a, m in maxima.items()})
+
+
+def with_worksheet_times(results: list, term: Term = None) -> list:
+    """``results`` (journal dicts) where each one with no submission time, of a lesson whose
+    term entry names a Moodle grading worksheet, takes that worksheet's "Last modified
+    (submission)" for its participant id (the number the Moodle student id ends with).
+    Raises ValueError / FileNotFoundError for an unreadable worksheet."""
+    from .lms import MOODLE_SOURCE, moodle_submission_times
+    term = term or EMPTY_TERM
+    sheets, out = {}, []
+    for r in results:
+        sheet = term.lesson(r["assignment"]).moodle_worksheet
+        number = r["student"].rsplit("_", 1)[-1]
+        if sheet is None or r.get("submitted_at") or not number.isdigit():
+            out.append(r)
+            continue
+        if sheet not in sheets:
+            sheets[sheet] = moodle_submission_times(sheet, term.timezone)
+        when = sheets[sheet].get(number)
+        out.append({**r, "submitted_at": when.isoformat(), "submitted_at_source": MOODLE_SOURCE}
+                   if when else r)
+    return out
 
 
 def load_final_grades(out, term: Term = None, root=None) -> list:

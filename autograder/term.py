@@ -6,6 +6,7 @@ An instructor keeps one term file per course term and gives it to ``grade``, ``r
     [lessons.01_running_sum]
     due = 2026-10-01T23:59:00+02:00       # ISO 8601 with its time zone
     lms_column = "01 Running sum (1234)"  # the LMS gradebook column this lesson fills
+    moodle_worksheet = "grades-01.csv"    # Moodle only: its grading worksheet (submission times)
 
     [late]
     per_day = 0.10                        # fraction of the raw score lost per started day late
@@ -41,9 +42,12 @@ class TermError(ValueError):
 
 @dataclass(frozen=True)
 class LessonTerm:
-    """One lesson's entry: its due date (aware datetime or None) and its LMS column (or None)."""
+    """One lesson's entry: its due date (aware datetime or None), its LMS column (or None) and
+    the Moodle grading worksheet whose "Last modified (submission)" gives submission times
+    (a Path, relative ones read from the term file's folder; or None)."""
     due: dt.datetime | None = None
     lms_column: str | None = None
+    moodle_worksheet: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -136,12 +140,18 @@ def load_term(path, lesson_ids=None) -> Term:
         lesson_id(name, where)
         if not isinstance(table, dict):
             raise TermError(f"{where} must be a table with due and/or lms_column")
-        _unknown(table, {"due", "lms_column"}, where)
+        _unknown(table, {"due", "lms_column", "moodle_worksheet"}, where)
         column = table.get("lms_column")
         if column is not None and (not isinstance(column, str) or not column.strip()):
             raise TermError(f"{where}: lms_column must be the column's name as the LMS writes it")
         due = _when(table["due"], f"{where} due") if "due" in table else None
-        lessons[name] = LessonTerm(due, column)
+        sheet = table.get("moodle_worksheet")
+        if sheet is not None:
+            if not isinstance(sheet, str) or not sheet.strip():
+                raise TermError(f"{where}: moodle_worksheet must be the path of the CSV that "
+                                "Moodle's 'Download grading worksheet' writes")
+            sheet = path.parent / sheet if not Path(sheet).is_absolute() else Path(sheet)
+        lessons[name] = LessonTerm(due, column, sheet)
 
     late = data.get("late", {})
     _unknown(late, {"per_day", "zero_after_days"}, f"{path}: [late]")
