@@ -313,6 +313,9 @@ def _report(args) -> int:
           f"grade box of {done['feedback']} feedback page(s); {done['pairs']} pair(s) of similar "
           f"answers listed; {late} late penalt{'ies' if late != 1 else 'y'}, {undecided} manual "
           "review(s) undecided (decide them in DIR/overrides.csv)")
+    if done["unknown_extensions"]:
+        print(f"warning: the term file gives extensions to {', '.join(done['unknown_extensions'])}, "
+              "who are not in this class: write each id as grades.csv shows it", file=sys.stderr)
     return 0
 
 

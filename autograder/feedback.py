@@ -195,10 +195,12 @@ def grade_box(row) -> str:
     e = html.escape
     items = [f"<li class='raw'>Tests: {row.machine_score:g} of {row.max_score:g} points</li>"]
     for o in row.overrides:
-        what = f"exercise <code>{e(o.exercise)}</code> set to" if o.exercise else "lesson total set to"
+        what = f"exercise <code>{e(o.exercise)}</code> set to" if o.exercise else \
+            "lesson total set to"
         said = f": {e(o.comment)}" if o.comment else ""
-        items.append(f"<li class='override'>Changed by your instructor{' (' + e(o.by) + ')' if o.by else ''}: "
-                     f"{what} {o.points:g} points{said}</li>")
+        who = f" ({e(o.by)})" if o.by else ""
+        items.append(f"<li class='override'>Changed by your instructor{who}: {what} "
+                     f"{o.points:g} points{said}</li>")
     if row.late_note:
         items.append(f"<li class='late'>Late work: {e(row.late_note)}</li>")
     if row.status.kind == "needs manual review" and row.review == "undecided":
@@ -213,18 +215,22 @@ def grade_box(row) -> str:
 def write_grade_boxes(out, rows) -> list:
     """Put :func:`grade_box` of each row into its feedback pages
     (``out/feedback/<student>/<lesson>/*.html``), replacing the box an earlier run wrote (or
-    placing it right after the page's first heading). No kernel runs; returns the pages
-    written. Raises OSError when a page cannot be written."""
+    placing it right after the page's first heading). A row with nothing to say (its lesson
+    has no due date, no override, no pending review) gets no box (an old one is removed).
+    No kernel runs; returns the pages written. Raises OSError when a page cannot be written."""
     from pathlib import Path
 
     from .ids import folder_name
     from .journal import atomic_write
     written = []
     for row in rows:
-        box = grade_box(row)
+        said = row.due or row.overrides or row.late_note or row.review == "undecided"
+        box = grade_box(row) if said else ""   # no term and no decision: the page as graded
         for page in sorted((Path(out) / "feedback" / folder_name(row.student) / row.assignment)
                            .glob("*.html")):
             text = page.read_text(encoding="utf-8")
+            if not box and GRADE_BOX_START not in text:
+                continue
             if GRADE_BOX_START in text:
                 new = _GRADE_BOX.sub(lambda _: box, text, count=1)
             elif "</h4>" in text:

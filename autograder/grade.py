@@ -274,10 +274,12 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     (autograder.distributed; ``jobs`` then defaults to twice its worker threads) and writes
     each worker's isolation notes to ``out/isolation.txt``. ``term`` (autograder.term.Term)
     gives due dates, late rule and extensions, applied to grades.csv and the report (never in
-    the gradebook), and is recorded in ``out`` for later runs (None: the recorded one, if any); ``out/overrides.csv``
-    is read (never written) and checked before anything runs. Returns the Results sorted by
-    assignment, then student. Raises FileNotFoundError / ValueError when ``submissions`` holds
-    no class, results.OverrideError for a bad row of overrides.csv, sandbox.SandboxUnavailable when the OS sandbox cannot run (here, or on a worker)
+    the gradebook), and is recorded in ``out`` for later runs (None: the recorded one, if
+    any); ``out/overrides.csv`` is read (never written) and checked before anything runs.
+    Returns the Results sorted by assignment, then student. Raises FileNotFoundError /
+    ValueError when ``submissions`` holds no class, results.OverrideError for a bad row of
+    overrides.csv, term.TermError when the recorded term file is gone or invalid,
+    sandbox.SandboxUnavailable when the OS sandbox cannot run (here, or on a worker)
     and ``options.unsandboxed`` is not set, and distributed.ClusterError when the cluster cannot
     be used or is lost (the results committed before it are kept).
     """

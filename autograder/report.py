@@ -29,7 +29,8 @@ from .mistakes import NO_MATCH, NOT_GRADED
 from .results import GRADED, NEEDS_REVIEW, REJECTED, TIMED_OUT, Status, class_grades, final_grades
 from .similarity import MIN_SHARED, THRESHOLD, available, similar_pairs
 
-__all__ = ["write_class_outputs", "render_report", "REPORT_FILE", "MAX_PAIRS_SHOWN"]
+__all__ = ["write_class_outputs", "render_report", "unknown_extensions", "REPORT_FILE",
+           "MAX_PAIRS_SHOWN"]
 
 REPORT_FILE = "report.html"
 MAX_PAIRS_SHOWN = 30          # per lesson; the rest are counted
@@ -38,8 +39,9 @@ _STATUS_ADVICE = {
     NEEDS_REVIEW: "open the student's notebook (work/submitted/) and feedback page; the reason "
                   "says what the grader could not decide. Until a row of DIR/overrides.csv "
                   "decides it, the machine score stands.",
-    "decided": "manual review decided in overrides.csv (the grade and the comment are in "
-               "grades.csv and on the student's feedback page).",
+    "decided": "decided in DIR/overrides.csv: a manual review settled, or points changed by "
+               "hand (the grade and the comment are in grades.csv and on the student's "
+               "feedback page).",
     "late": "the late penalty of the term file; an extension in its [extensions] table and "
             "`report DIR --term FILE` change it without regrading.",
     "time unknown": "the lesson has a due date but the submission carries no time: no penalty "
@@ -91,7 +93,13 @@ def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD, ter
     atomic_write(out / REPORT_FILE, render_report(data, pairs, out, threshold, note, grades))
     return {"report": out / REPORT_FILE, "insights": out / "insights.csv", "csv": csvs,
             "pairs": sum(len(p) for p in pairs.values()), "feedback": len(pages),
-            "grades": grades}
+            "grades": grades, "unknown_extensions": unknown_extensions(term, grades)}
+
+
+def unknown_extensions(term, grades: list) -> list:
+    """The student ids the term file gives an extension to that are not in this class (a typo
+    there would silently leave a student's penalty in place), sorted."""
+    return sorted(set(term.extensions) - {g.student for g in grades})
 
 
 # ---------------------------------------------------------------------------------- figures
@@ -205,10 +213,11 @@ def _statuses(results: list, grades: dict = None) -> str:
         status = Status.of(r["status"])
         final = (grades or {}).get((r["student"], r["assignment"]))
         kind = status.kind
-        if final is not None and final.review == "decided":
-            groups["decided"].append((r["student"], f"{status.reason} -> {final.score:g} "
-                                      f"({final.override_text}; {final.override_comment or 'no comment'})"))
-        elif kind != GRADED:
+        if final is not None and final.overrides:
+            was = f"{status.reason}; " if final.review == "decided" else ""
+            groups["decided"].append((r["student"], f"{was}{final.override_text} -> score "
+                                      f"{final.score:g} ({final.override_comment or 'no comment'})"))
+        if kind != GRADED and not (final is not None and final.review == "decided"):
             groups[kind].append((r["student"], status.reason))
         if final is not None and final.late_penalty:
             groups["late"].append((r["student"], final.late_note))
@@ -223,8 +232,8 @@ def _statuses(results: list, grades: dict = None) -> str:
     for kind, items in groups.items():
         if items:
             why = "".join(f"<div><b>{_e(s)}</b>: {_e(reason)}</div>" for s, reason in items)
-            label = "manual review: undecided" if kind == NEEDS_REVIEW and grades else \
-                "manual review: decided" if kind == "decided" else kind
+            label = {NEEDS_REVIEW: "manual review: undecided" if grades else kind,
+                     "decided": "decided (overrides)"}.get(kind, kind)
             out.append(f"<tr class='status' data-status='{_e(kind)}'><td>{_e(label)}</td>"
                        f"<td class='num count'>{len(items)}</td><td class='who'>{why}</td>"
                        f"<td class='note'>{_e(_STATUS_ADVICE[kind])}</td></tr>")

@@ -37,8 +37,9 @@ from .term import EMPTY_TERM, Term
 
 __all__ = ["Result", "Status", "GRADED", "NEEDS_REVIEW", "TIMED_OUT", "REJECTED", "Override",
            "OverrideError", "OVERRIDES_FILE", "OVERRIDE_COLUMNS", "read_overrides", "FinalGrade",
-           "final_grades", "class_grades", "with_worksheet_times", "late_penalty", "GRADE_COLUMNS", "write_grades_csv", "load_final_grades",
-           "TIMESTAMP_SOURCE", "BLACKBOARD_SOURCE", "CANVAS_LATE_SOURCE"]
+           "final_grades", "class_grades", "with_worksheet_times", "late_penalty",
+           "GRADE_COLUMNS", "write_grades_csv", "load_final_grades", "TIMESTAMP_SOURCE",
+           "BLACKBOARD_SOURCE", "CANVAS_LATE_SOURCE"]
 
 GRADED, NEEDS_REVIEW, TIMED_OUT, REJECTED = "graded", "needs manual review", "timed out", "rejected"
 OVERRIDES_FILE = "overrides.csv"

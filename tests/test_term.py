@@ -40,7 +40,8 @@ def expected(raw: float, submitted: dt.datetime, due: dt.datetime = DUE) -> floa
 def term_text(extension: dt.datetime) -> str:
     return (f'timezone = "Europe/Berlin"\n[lessons.{ASSIGNMENT}]\ndue = {DUE.isoformat()}\n'
             f'lms_column = "Toy (1234)"\n[late]\nper_day = {PER_DAY}\nzero_after_days = {ZERO_AFTER}\n'
-            f'[extensions."cat_extension"]\n{ASSIGNMENT} = {extension.isoformat()}\n')
+            f'[extensions."cat_extension"]\n{ASSIGNMENT} = {extension.isoformat()}\n'
+            f'[extensions."zoe_typo"]\n{ASSIGNMENT} = {extension.isoformat()}\n')
 
 
 def write_overrides(path: Path, rows: list) -> Path:
@@ -273,7 +274,8 @@ def no_kernel(monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_class, monkeypatch):
+def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_class, monkeypatch,
+                                                                       capsys):
     course, cls, out, term_file = term_class
     rows = read_rows(out / "grades.csv")
     assert list(next(iter(rows.values())))[:len(GRADE_COLUMNS)] == GRADE_COLUMNS
@@ -292,6 +294,9 @@ def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_clas
     assert Status.of(eve["status"]).kind == NEEDS_REVIEW and eve["review"] == "undecided"
     assert float(eve["score"]) == 6, "a manual review keeps the machine score until decided"
     assert not (out / "overrides.csv").exists(), "grade never writes overrides.csv"
+    report = (out / "report.html").read_text()
+    undecided = report.split("data-status='needs manual review'")[1].split("</tr>")[0]
+    assert "manual review: undecided" in undecided and "eve_review" in undecided
 
     # The instructor decides eve's review, gives fay partial credit, shortens cat's extension.
     write_overrides(out / "overrides.csv", [
@@ -302,7 +307,11 @@ def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_clas
     before = (out / "feedback" / "cat_extension" / ASSIGNMENT / NOTEBOOK.replace(".ipynb", ".html")).read_text()
     assert "Late work" not in before and "mlexp-final" in before
     no_kernel(monkeypatch)
+    capsys.readouterr()
     assert main(["--course", str(course), "report", str(out), "--term", str(term_file)]) == 0
+    said = capsys.readouterr()
+    assert "1 late penalt" not in said.out and "3 late penalties" in said.out, said.out
+    assert "extensions to zoe_typo, who are not in this class" in said.err
 
     rows = read_rows(out / "grades.csv")
     cat = rows["cat_extension"]
@@ -319,7 +328,10 @@ def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_clas
     eve_page = (out / "feedback" / "eve_review" / ASSIGNMENT / NOTEBOOK.replace(".ipynb", ".html")).read_text()
     assert "answers checked by hand" in eve_page and "lesson total set to 5 points" in eve_page
     report = (out / "report.html").read_text()
-    assert "manual review: decided" in report and "changed a test&#x27;s points" in report
+    decided = report.split("data-status='decided'")[1].split("</tr>")[0]
+    assert "eve_review" in decided and "changed a test&#x27;s points" in decided
+    assert "fay_override" in decided and "test_mul=2" in decided
+    assert "data-status='needs manual review'" not in report, "eve's review is decided"
     assert "data-status='late'" in report and "cat_extension" in report.split("data-status='late'")[1]
     assert load_final_grades(out, root=course)[0].student in CLASS, "export reads the same rows"
     assert {g.student: g.score for g in load_final_grades(out, root=course)} == \
@@ -352,3 +364,24 @@ def test_the_readme_term_example_is_a_valid_term_file(tmp_path):
         term.lesson("01_running_sum").due
     header = re.search(r"```csv\n(.*?)\n", section, re.S).group(1)
     assert header.split(",") == OVERRIDE_COLUMNS
+
+
+def test_the_grade_box_is_placed_replaced_escaped_and_removed(tmp_path, tmp_path_factory):
+    from autograder.feedback import GRADE_BOX_START, write_grade_boxes
+    page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html><body><h4>toy (Score: 6 / 6)</h4><p>cells</p></body></html>")
+    term = load_term(_term_file(tmp_path_factory.mktemp("t"), DUE), [ASSIGNMENT])
+    res = Result("ann", ASSIGNMENT, 6, 6, exercises=dict(MAXIMA),
+                 submitted_at=(DUE + dt.timedelta(hours=3)).isoformat())
+    evil = Override("ann", ASSIGNMENT, "test_add", 1, "<script>alert(1)</script>", "<b>TA</b>")
+    assert write_grade_boxes(tmp_path, final_grades([res], term, [evil])) == [page]
+    text = page.read_text()
+    assert text.index("</h4>") < text.index(GRADE_BOX_START) < text.index("<p>cells")
+    assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert f"-{5 - expected(5, DUE + dt.timedelta(hours=3)):g} points" in text
+    write_grade_boxes(tmp_path, final_grades([res], term))
+    text = page.read_text()
+    assert text.count(GRADE_BOX_START) == 1 and "alert" not in text, "replaced, not added"
+    write_grade_boxes(tmp_path, final_grades([res]))      # no term, no override: no box
+    assert page.read_text() == "<html><body><h4>toy (Score: 6 / 6)</h4><p>cells</p></body></html>"
