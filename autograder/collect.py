@@ -64,6 +64,7 @@ class Submission:
     times: dict = field(default_factory=dict)  # path -> upload time read from an LMS file name
     stamps: dict = field(default_factory=dict)  # path -> that time as the LMS wrote it (ISO)
     home: Path = None          # the student's own folder, when the layout has one
+    layout: str = "folder"     # "folder", or the LMS whose export it came from (lms.LAYOUTS)
 
 
 def _mib(n: float) -> str:
@@ -468,6 +469,7 @@ def collect(source, assignments, unpack_dir: Path, notebook_names=None,
         subs = _from_lms(tree, root, files, assignments, by_name)
     subs = _settle(tree, subs, root)
     for sub in subs:
+        sub.layout = layout
         if sub.problem:
             continue
         if sub.assignment not in assignments:

@@ -104,9 +104,10 @@ class _Lesson:
 def _submitted_at(sub, chosen) -> tuple:
     """(ISO time, source) of a submission, read where the class was handed in (never from
     anything the student's code wrote): nbgrader's timestamp.txt beside a folder submission,
-    the Blackboard attempt date of the ``chosen`` file; else ("", why it is unknown)."""
+    the Blackboard attempt date of the ``chosen`` file; else ("", why it is unknown). In an
+    LMS export a file named timestamp.txt is one the student uploaded: it is never read."""
     from nbgrader.utils import parse_utc
-    for rel, path in sub.data_files:
+    for rel, path in sub.data_files if sub.layout == "folder" else ():
         if rel == "timestamp.txt":
             try:   # nbgrader's format, "2026-10-01 21:59:00.000000 UTC"; no zone is UTC, as in nbgrader
                 when = parse_utc(path.read_text(errors="replace").strip())

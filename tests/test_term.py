@@ -181,6 +181,12 @@ def test_submission_times_come_from_timestamp_txt_blackboard_and_canvas(tmp_path
     got = submission_times(canvas, tmp_path / "c")
     assert got["doejohn_222"][0] == "" and "_LATE_" in got["doejohn_222"][1]
     assert got["smithann_12345"] == ("", "")
+    moodle = tmp_path / "moodle.zip"   # a timestamp.txt a student uploads decides nothing
+    with zipfile.ZipFile(moodle, "w") as zf:
+        zf.writestr(f"Ann Smith_1001_assignsubmission_file_/{NOTEBOOK}", NB)
+        zf.writestr("Ann Smith_1001_assignsubmission_file_/timestamp.txt",
+                    "2020-01-01 00:00:00.000000 UTC")
+    assert submission_times(moodle, tmp_path / "m")["Ann Smith_1001"] == ("", "")
 
 
 def test_a_moodle_worksheet_gives_submission_times_at_report_time(tmp_path):
