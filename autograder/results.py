@@ -119,7 +119,8 @@ def read_overrides(path, known: dict) -> list:
     """Read overrides.csv (header OVERRIDE_COLUMNS) and check every row against the class.
 
     ``known``: {(student id, assignment): {grade_id: max points}} of the graded class. A missing
-    file is no overrides. Raises OverrideError naming the line for: a wrong header, an unknown
+    file is no overrides. An id may be written as grades.csv shows it (an id starting with
+    ``=`` there keeps the apostrophe that stops a spreadsheet from running it). Raises OverrideError naming the line for: a wrong header, an unknown
     student, lesson or exercise, points that are not a number, negative or over the maximum,
     and a row that repeats an earlier one (same student, lesson and exercise).
     """
@@ -147,6 +148,9 @@ def read_overrides(path, known: dict) -> list:
             raise OverrideError(f"{where}: {len(row)} cells, expected {len(OVERRIDE_COLUMNS)} "
                                 f"({','.join(OVERRIDE_COLUMNS)}; quote a comment with commas)")
         student, lesson, exercise, points, comment, by = (c.strip() for c in row)
+        if student not in students and student[1:] in students and \
+                ids.spreadsheet_safe(student[1:]) == student:
+            student = student[1:]   # copied from grades.csv, where '=...' keeps its apostrophe
         if student not in students:
             raise OverrideError(f"{where}: no student {student!r} in this class (write the id "
                                 "as grades.csv shows it)")

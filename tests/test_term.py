@@ -131,6 +131,9 @@ def test_overrides_read_comments_repeats_and_header(tmp_path):
     write_overrides(path, [["ann", ASSIGNMENT, "", "1", "", ""], ["ann", ASSIGNMENT, "", "2", "", ""]])
     with pytest.raises(OverrideError, match="line 3 repeats line 2"):
         read_overrides(path, known)
+    odd = {("=cmd|x", ASSIGNMENT): MAXIMA}   # copied from grades.csv with its apostrophe
+    write_overrides(path, [["'=cmd|x", ASSIGNMENT, "", "1", "", ""]])
+    assert read_overrides(path, odd)[0].student == "=cmd|x"
     path.write_text("student,lesson,points\n")
     with pytest.raises(OverrideError, match="line 1: the header must be"):
         read_overrides(path, known)
@@ -347,6 +350,8 @@ def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_clas
     with open(out / "overrides.csv", "a", newline="") as f:
         csv.writer(f).writerow(["ann_on_time", ASSIGNMENT, "test_add", "9", "", ""])
     assert main(["--course", str(course), "report", str(out)]) == 2
+    with pytest.raises(OverrideError, match="line 4: points 9 is outside 0 to 2"):
+        grade_class(course, cls, out, progress=False)   # refused before any kernel starts
     lines = (out / "overrides.csv").read_text().splitlines()
     (out / "overrides.csv").write_text("\n".join(lines[:-1]) + "\n")
     monkeypatch.undo()
