@@ -4,14 +4,18 @@
 (matplotlib figures embedded as base64 PNG), for each exercise the catalogued mistakes ranked by
 how many students made them with the hint they were shown and who they are, a "no hint matched"
 row for unforeseen wrong answers, the submissions whose status needs the instructor (manual
-review, timed out, repaired, rejected), and pairs of similar answers (autograder.similarity).
+review undecided, what overrides.csv decided, late penalties and unknown submission times,
+timed out, repaired, rejected), and pairs of similar answers (autograder.similarity). Scores
+shown per student are the final ones (autograder.results: the term's late rule and
+overrides.csv applied); the distribution and pass rates are the tests' own.
 The page opens offline from the file system: no script, no server, no external resource (its
 Content-Security-Policy forbids them), and every string a student could have written (ids,
 hints quoting their values, code) is HTML-escaped.
 
-``grade`` rebuilds it at the end of every run; ``python -m autograder report DIR`` rebuilds it
-(with insights.csv and the CSVs' hints, autograder.insights) without regrading, for example
-after a lesson's mistakes.json was edited.
+``grade`` rebuilds it at the end of every run; ``python -m autograder report DIR [--term FILE]``
+rebuilds it (with insights.csv, grades.csv and the per-lesson CSVs, and each feedback page's
+grade box) without regrading or starting a kernel, for example after a lesson's mistakes.json
+was edited, an extension given or an override written.
 """
 import base64
 import datetime
