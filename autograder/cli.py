@@ -47,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, metavar="DIR",
                    help="output folder: grades.csv, feedback/, and nbgrader's work/ folder")
     add_arguments(g)
+    add_term_argument(g)
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g.add_argument("-j", "--jobs", type=int, metavar="N",
                    help="students graded at once, each in its own process (default 1; with "
@@ -73,6 +74,7 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="rebuild DIR/report.html, insights.csv and the CSVs' hints "
                                       "from a graded class, without regrading")
     r.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
+    add_term_argument(r)
     r.add_argument("--similarity", type=float, default=None, metavar="FRACTION",
                    help="list pairs of students who share at least this fraction of their answer "
                         "code (default 0.8)")
@@ -108,6 +110,24 @@ def parser() -> argparse.ArgumentParser:
     from .seeds import add_arguments as seed_arguments
     seed_arguments(s, course=False)
     return p
+
+
+def add_term_argument(p: argparse.ArgumentParser) -> None:
+    """``--term FILE`` for grade, report (and export): the term file (autograder.term)."""
+    p.add_argument("--term", metavar="FILE",
+                   help="term file (TOML): due dates, late rule, extensions, LMS columns "
+                        "(README: 'A term'); applied when results become grades, without "
+                        "regrading; remembered in DIR for later runs without --term")
+
+
+def read_term(args, root: Path):
+    """The Term of ``--term FILE`` checked against the lessons of the course at ``root``, or
+    None without ``--term``. Raises term.TermError (a ValueError) for a bad file."""
+    if not getattr(args, "term", None):
+        return None
+    from .config import list_assignments
+    from .term import load_term
+    return load_term(args.term, list_assignments(root))
 
 
 def _build(args) -> int:
@@ -234,6 +254,7 @@ def _grade(args) -> int:
     from .grade import format_table, grade_class
     root = find_course_root(args.course)
     options = from_arguments(args)
+    term = read_term(args, root)   # a bad term file stops the run before anything is graded
     submissions, sample = args.submissions, None
     if args.sample is not None:
         from .demo import write_sample
@@ -252,7 +273,7 @@ def _grade(args) -> int:
         results = grade_class(root, submissions, Path(args.out), options=options,
                               progress=not args.no_progress, jobs=args.jobs, force=args.force,
                               db_url=args.db, max_bytes=int(args.max_size * 2**20),
-                              scheduler=args.scheduler)
+                              scheduler=args.scheduler, term=term)
     except stops as exc:
         kept = (f"every grade committed so far is kept in {args.out}/results and "
                 f"{args.out}/grades.csv; run the same command again to finish.")
@@ -267,6 +288,11 @@ def _grade(args) -> int:
     notes = [n for n in (notes.read_text().splitlines() if notes.is_file() else [])
              if not n.endswith("fully isolated")]
     print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), notes)))
+    from .results import OVERRIDES_FILE
+    from .term import TERM_RECORD
+    if term is not None or any((Path(args.out) / n).is_file() for n in (OVERRIDES_FILE, TERM_RECORD)):
+        print("the scores above are the tests' own; grades.csv's score has the term's late "
+              "penalties and DIR/overrides.csv applied (raw_score, late_penalty, override)")
     return 0
 
 
@@ -297,8 +323,9 @@ def summary_lines(results, seconds: float, out: Path, notes) -> list:
     for note in notes:
         advice = next((a for key, a in ISOLATION_ADVICE.items() if note.startswith(key)), "")
         lines.append(f"isolation: {note}" + (f"\n  what to do: {advice}" if advice else ""))
-    review = [r for r in results if r.status.startswith("needs manual review")]
-    rejected = [r for r in results if r.status.startswith("rejected")]
+    from .results import NEEDS_REVIEW, REJECTED, Status
+    review = [r for r in results if Status.of(r.status).kind == NEEDS_REVIEW]
+    rejected = [r for r in results if Status.of(r.status).kind == REJECTED]
     if review or rejected:
         lines.append(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
                      "rejected; the status column says why, the report groups them with what to do.")
@@ -312,9 +339,17 @@ def _report(args) -> int:
     threshold = THRESHOLD if args.similarity is None else args.similarity
     if not 0 < threshold <= 1:
         raise ValueError(f"--similarity takes a fraction in (0, 1], got {threshold}")
-    done = write_class_outputs(root, Path(args.out), threshold=threshold)
-    print(f"wrote {done['report']}, {done['insights']} and {len(done['csv'])} grade CSV(s); "
-          f"{done['pairs']} pair(s) of similar answers listed")
+    done = write_class_outputs(root, Path(args.out), threshold=threshold,
+                               term=read_term(args, root))
+    late = sum(1 for g in done["grades"] if g.late_penalty)
+    undecided = sum(1 for g in done["grades"] if g.review == "undecided")
+    print(f"wrote {done['report']}, {done['insights']}, {len(done['csv'])} grade CSV(s) and the "
+          f"grade box of {done['feedback']} feedback page(s); {done['pairs']} pair(s) of similar "
+          f"answers listed; {late} late penalt{'ies' if late != 1 else 'y'}, {undecided} manual "
+          "review(s) undecided (decide them in DIR/overrides.csv)")
+    if done["unknown_extensions"]:
+        print(f"warning: the term file gives extensions to {', '.join(done['unknown_extensions'])}, "
+              "who are not in this class: write each id as grades.csv shows it", file=sys.stderr)
     return 0
 
 

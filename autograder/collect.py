@@ -62,7 +62,9 @@ class Submission:
     data_files: list = field(default_factory=list)    # (name beside the notebook, path) to carry
     names: dict = field(default_factory=dict)  # path -> file name as submitted (LMS, long names)
     times: dict = field(default_factory=dict)  # path -> upload time read from an LMS file name
+    stamps: dict = field(default_factory=dict)  # path -> that time as the LMS wrote it (ISO)
     home: Path = None          # the student's own folder, when the layout has one
+    layout: str = "folder"     # "folder", or the LMS whose export it came from (lms.LAYOUTS)
 
 
 def _mib(n: float) -> str:
@@ -371,6 +373,8 @@ def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list
                 sub.data_files.append((f.file_id, path))
             if f.time is not None:
                 sub.times[path] = f.time
+            if f.stamp:
+                sub.stamps[path] = f.stamp
             if f.late and "marked late by Canvas" not in sub.notes:
                 sub.notes.append("marked late by Canvas")
     return list(found.values())
@@ -465,6 +469,7 @@ def collect(source, assignments, unpack_dir: Path, notebook_names=None,
         subs = _from_lms(tree, root, files, assignments, by_name)
     subs = _settle(tree, subs, root)
     for sub in subs:
+        sub.layout = layout
         if sub.problem:
             continue
         if sub.assignment not in assignments:

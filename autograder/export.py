@@ -235,10 +235,20 @@ def _final_rows(out_dir, term=None) -> list:
     """The final score of each (student, lesson) of a graded class: dicts with student_id,
     assignment, score and max_score (floats), read from ``out_dir``/grades.csv.
 
-    The one place export reads scores from; ``term`` is for the late rules and overrides that
-    decide the final score (today grades.csv's ``score`` is taken as final). Raises ExportError
-    naming the file, row and column of anything unreadable.
+    The one place export reads scores from. A class graded here (its journal in
+    ``out_dir``/results) is read as ``report`` reads it, with ``term``'s late rules (None: the
+    term file of the last ``--term``) and ``overrides.csv`` applied
+    (:func:`autograder.results.load_final_grades`); a folder holding only a grades.csv (copied
+    from elsewhere) is read from its ``score`` column. Raises ExportError naming the file, row
+    and column of anything unreadable.
     """
+    from .results import load_final_grades
+    if (Path(out_dir) / "results").is_dir():
+        try:
+            return [{"student_id": g.student, "assignment": g.assignment, "score": float(g.score),
+                     "max_score": float(g.max_score)} for g in load_final_grades(out_dir, term)]
+        except FileNotFoundError:
+            pass   # no graded result in it: read grades.csv
     path = Path(out_dir) / "grades.csv"
     try:
         with open(path, newline="", encoding="utf-8") as f:

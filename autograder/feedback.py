@@ -233,3 +233,67 @@ class SanitizeFeedback(NbGraderPreprocessor):   # enabled by default, as nbgrade
                 kept["text/html"] = clean_html(_markdown(text))
         output["data"] = kept
         output["metadata"] = _clean_metadata(output.get("metadata"))
+
+
+# ------------------------------------------------------------- the final grade on the page
+
+GRADE_BOX_START, GRADE_BOX_END = "<!-- mlexp-final-grade -->", "<!-- /mlexp-final-grade -->"
+_GRADE_BOX = re.compile(re.escape(GRADE_BOX_START) + ".*?" + re.escape(GRADE_BOX_END), re.DOTALL)
+# Its look (div.mlexp-final) is in the template's <style>: the box adds no element of its own
+# beyond a div, a list and text, so a page stays as safe as the template made it.
+
+
+def grade_box(row) -> str:
+    """The HTML box a feedback page shows above its exercises: the lesson's final score, the
+    tests' score, the late penalty and the instructor's overrides (with their comments), all
+    escaped. ``row``: an autograder.results.FinalGrade. Holds no test code and no answer."""
+    import html
+    e = html.escape
+    items = [f"<li class='raw'>Tests: {row.machine_score:g} of {row.max_score:g} points</li>"]
+    for o in row.overrides:
+        what = f"exercise <code>{e(o.exercise)}</code> set to" if o.exercise else \
+            "lesson total set to"
+        said = f": {e(o.comment)}" if o.comment else ""
+        who = f" ({e(o.by)})" if o.by else ""
+        items.append(f"<li class='override'>Changed by your instructor{who}: {what} "
+                     f"{o.points:g} points{said}</li>")
+    if row.late_note:
+        items.append(f"<li class='late'>Late work: {e(row.late_note)}</li>")
+    if row.status.kind == "needs manual review" and row.review == "undecided":
+        items.append("<li class='review'>Your instructor will look at this submission; the "
+                     "score may change.</li>")
+    return (f"{GRADE_BOX_START}<div class='mlexp-final' id='mlexp-final'>"
+            f"<strong>Your grade for {e(row.assignment)}: <span class='final-score'>"
+            f"{row.score:g}</span> of {row.max_score:g} points</strong>"
+            f"<ul>{''.join(items)}</ul></div>{GRADE_BOX_END}")
+
+
+def write_grade_boxes(out, rows) -> list:
+    """Put :func:`grade_box` of each row into its feedback pages
+    (``out/feedback/<student>/<lesson>/*.html``), replacing the box an earlier run wrote (or
+    placing it right after the page's first heading). A row with nothing to say (its lesson
+    has no due date, no override, no pending review) gets no box (an old one is removed).
+    No kernel runs; returns the pages written. Raises OSError when a page cannot be written."""
+    from pathlib import Path
+
+    from .ids import folder_name
+    from .journal import atomic_write
+    written = []
+    for row in rows:
+        said = row.due or row.overrides or row.late_note or row.review == "undecided"
+        box = grade_box(row) if said else ""   # no term and no decision: the page as graded
+        for page in sorted((Path(out) / "feedback" / folder_name(row.student) / row.assignment)
+                           .glob("*.html")):
+            text = page.read_text(encoding="utf-8")
+            if not box and GRADE_BOX_START not in text:
+                continue
+            if GRADE_BOX_START in text:
+                new = _GRADE_BOX.sub(lambda _: box, text, count=1)
+            elif "</h4>" in text:
+                new = text.replace("</h4>", "</h4>" + box, 1)
+            else:
+                new = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + box, text, count=1)
+            if new != text:
+                atomic_write(page, new)
+                written.append(page)
+    return written

@@ -9,8 +9,7 @@ at once; everything that touches the gradebook is serialised in this process (th
 of grades). With a Dask scheduler, each submission's sandboxed run goes to a worker of that
 cluster instead (autograder.distributed); everything else stays here.
 """
-import csv
-import io
+import datetime as dt
 import json
 import os
 import re
@@ -35,36 +34,22 @@ from .config import list_assignments, work_config
 from .journal import atomic_write, digest, load_result, save_result
 from .options import GradingOptions
 from .repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
+from .results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, OVERRIDES_FILE,
+                      TIMESTAMP_SOURCE, Result, final_grades, read_overrides, write_grades_csv)
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
            "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION"]
 
 DEMO_SUBMISSIONS = Path(__file__).resolve().parent / "demo" / "submissions"
-BASE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "notes"]
+BASE_COLUMNS = GRADE_COLUMNS   # grades.csv's first columns (autograder.results)
 MAX_NOTEBOOK_BYTES = 20 * 2**20      # a lesson with its outputs is well under 5 MiB
 GRADER_VERSION = "3"                 # part of each job's digest: bump to regrade everything
+# No nbgrader AssignLatePenalties: late penalties are applied once, when results become grades
+# (autograder.results.final_grades, in `report`), from the term file; never in the gradebook.
 SANDBOX_PREPROCESSORS = [
     "autograder.sandbox.SandboxedExecute", "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata"]
-
-
-@dataclass
-class Result:
-    """The outcome for one student and one assignment."""
-    student: str
-    assignment: str
-    score: float = 0.0
-    max_score: float = 0.0
-    status: str = "graded"     # "graded", "needs manual review: ...", "rejected: ..."
-    exercises: dict = field(default_factory=dict)   # grade_id -> points scored
-    feedback: list = field(default_factory=list)    # paths of the HTML feedback files
-    notes: list = field(default_factory=list)       # repairs and choices made, one per line
-    file: str = ""             # the submitted file that was graded
-    digest: str = ""           # identity of the graded bytes + lesson + settings
-    reused: bool = False       # True when taken from the journal of an earlier run
-    retry: bool = False        # the grader (not the student) failed: grade again next run
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.CheckCellMetadata"]
 
 
 @dataclass
@@ -125,10 +110,32 @@ class _Lesson:
             self.earlier[n] = [r for i, r in enumerate(found) if r != now and r not in found[:i]]
 
 
+def _submitted_at(sub, chosen) -> tuple:
+    """(ISO time, source) of a submission, read where the class was handed in (never from
+    anything the student's code wrote): nbgrader's timestamp.txt beside a folder submission,
+    the Blackboard attempt date of the ``chosen`` file; else ("", why it is unknown). In an
+    LMS export a file named timestamp.txt is one the student uploaded: it is never read."""
+    from nbgrader.utils import parse_utc
+    for rel, path in sub.data_files if sub.layout == "folder" else ():
+        if rel == "timestamp.txt":
+            try:   # nbgrader's format, "2026-10-01 21:59:00.000000 UTC"; no zone is UTC, as in nbgrader
+                when = parse_utc(path.read_text(errors="replace").strip())
+                return when.replace(tzinfo=dt.timezone.utc).isoformat(), TIMESTAMP_SOURCE
+            except (ValueError, OverflowError, OSError):
+                return "", "unknown (timestamp.txt is not a date)"
+    stamp = sub.stamps.get(chosen) if chosen is not None else None
+    if stamp:
+        return stamp, BLACKBOARD_SOURCE
+    if "marked late by Canvas" in sub.notes:
+        return "", CANVAS_LATE_SOURCE
+    return "", ""
+
+
 def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
     """Choose, read and repair the student's notebooks (no execution); never raises."""
     res = Result(sub.student, sub.assignment, notes=list(sub.notes))
     job = _Job(sub, {}, res)
+    chosen = []
     if sub.problem:
         res.status = "rejected: " + sub.problem
         res.digest = digest("rejected", sub.problem, *(p.name for p in sub.notebooks))
@@ -141,6 +148,7 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
             res.notes.append(f"missing notebook '{name}'")
             continue
         res.file = res.file or str(path)
+        chosen.append(path)
         try:
             data = path.read_bytes()
             parts += [name, data]
@@ -163,6 +171,7 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
         res.status = "rejected: none of the expected notebooks was submitted " \
                      f"(expected {', '.join(lesson.names)})"
     res.digest = digest(*parts, res.status)
+    res.submitted_at, res.submitted_at_source = _submitted_at(sub, chosen[0] if chosen else None)
     return job
 
 
@@ -341,7 +350,7 @@ def _release(root: Path, work: Path, needed: list, db_url) -> None:
 def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 options: GradingOptions = None, progress: bool = True, jobs: int = None,
                 force: bool = False, db_url=None, max_bytes: int = MAX_NOTEBOOK_BYTES,
-                scheduler: str = None) -> list:
+                scheduler: str = None, term=None) -> list:
     """Grade every submission in ``submissions`` (folder or zip; default: the demo class).
 
     Writes ``out/grades.csv`` (this class, one row per student and assignment),
@@ -352,9 +361,14 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     sets the time, memory and output limits; ``jobs`` students are graded at once (default 1).
     ``scheduler`` (a Dask scheduler address) runs each submission on that cluster's workers
     (autograder.distributed; ``jobs`` then defaults to twice its worker threads) and writes
-    each worker's isolation notes to ``out/isolation.txt``. Returns the Results sorted by
-    assignment, then student. Raises FileNotFoundError / ValueError when ``submissions`` holds
-    no class, sandbox.SandboxUnavailable when the OS sandbox cannot run (here, or on a worker)
+    each worker's isolation notes to ``out/isolation.txt``. ``term`` (autograder.term.Term)
+    gives due dates, late rule and extensions, applied to grades.csv and the report (never in
+    the gradebook), and is recorded in ``out`` for later runs (None: the recorded one, if
+    any); ``out/overrides.csv`` is read (never written) and checked before anything runs.
+    Returns the Results sorted by assignment, then student. Raises FileNotFoundError /
+    ValueError when ``submissions`` holds no class, results.OverrideError for a bad row of
+    overrides.csv, term.TermError when the recorded term file is gone or invalid,
+    sandbox.SandboxUnavailable when the OS sandbox cannot run (here, or on a worker)
     and ``options.unsandboxed`` is not set, and distributed.ClusterError when the cluster cannot
     be used or is lost (the results committed before it are kept).
     """
@@ -376,6 +390,14 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     needed = sorted({s.assignment for s in subs if not s.problem})
     _release(root, work, needed, db_url)
     lessons = {a: _Lesson(work, a, root) for a in needed}
+    overrides = read_overrides(out / OVERRIDES_FILE, {   # a bad row stops the run before any kernel
+        (s.student, s.assignment): _maxima(lessons[s.assignment]) if s.assignment in lessons else {}
+        for s in subs})
+    from .term import remember_term, remembered_term
+    if term is None:   # the term file of an earlier --term, read again, else none
+        term = remembered_term(out, assignments)
+    else:
+        remember_term(out, term)
     settings = f"{GRADER_VERSION} {options}"
     prepared = [_prepare(s, lessons.get(s.assignment), settings, max_bytes) for s in subs]
     # nbgrader reads student ids as globs and path patterns: it sees only safe internal ids,
@@ -394,7 +416,9 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     for job in prepared:
         old = load_result(out, job.result.assignment, job.result.student)
         if old and old.get("digest") == job.result.digest and not force and not old.get("retry"):
-            results[id(job)] = Result(**{**old, "reused": True})
+            results[id(job)] = Result.from_dict({   # the time as handed in now
+                **old, "reused": True, "submitted_at": job.result.submitted_at,
+                "submitted_at_source": job.result.submitted_at_source})
         elif job.result.status != "graded":   # rejected or unrepairable: nothing to run
             results[id(job)] = job.result
             save_result(out, asdict(job.result))
@@ -423,7 +447,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         _publish_feedback(out, job.sub.student, res)
         results[id(job)] = res
         save_result(out, asdict(res))
-        _write_partial(out, prepared, results, lessons, max_scores)
+        _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
         if isolation() != noted:   # a worker that joined during the batch
             noted = isolation()
             atomic_write(out / "isolation.txt", "".join(f"{n}\n" for n in noted))
@@ -457,12 +481,12 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             else:
                 os.environ["NBGRADER_EXECUTION"] = saved_env
         pool.shutdown()
-    _write_partial(out, prepared, results, lessons, max_scores)
-    _write_report(root, out, prepared, lessons)
+    _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
+    _write_report(root, out, prepared, lessons, term)
     return [results[id(j)] for j in prepared if id(j) in results]
 
 
-def _write_report(root: Path, out: Path, prepared: list, lessons: dict) -> None:
+def _write_report(root: Path, out: Path, prepared: list, lessons: dict, term=None) -> None:
     """The class report, insights.csv and the CSVs with hints (autograder.report), from what
     this run committed; a failure here is a warning (every grade is already saved)."""
     from .insights import write_manifest
@@ -470,7 +494,7 @@ def _write_report(root: Path, out: Path, prepared: list, lessons: dict) -> None:
     write_manifest(out, [(j.result.student, j.result.assignment, j.sub.student) for j in prepared],
                    {a: lessons[a].columns for a in sorted(lessons)})
     try:
-        write_class_outputs(root, out)
+        write_class_outputs(root, out, term=term)
     except Exception as exc:   # noqa: BLE001 (reported, then the run ends as usual)
         warnings.warn(f"the class report could not be written ({type(exc).__name__}: {exc}); "
                       f"grades are saved: run `python -m autograder report {out}` after fixing it")
@@ -492,43 +516,36 @@ def _publish_feedback(out: Path, internal: str, res: Result) -> None:
     res.feedback = [str(dst / Path(f).name) for f in res.feedback]
 
 
-def _write_partial(out, prepared, results, lessons, max_scores) -> None:
+def _write_partial(out, prepared, results, lessons, max_scores, term=None, overrides=()) -> None:
     """grades.csv of this class so far: committed results only, in table order."""
     done = [results[id(j)] for j in prepared if id(j) in results]
     for r in done:   # a rejected submission still shows what it could have scored
         if not r.max_score and r.assignment in lessons:
             r.max_score = max_scores.setdefault(r.assignment, _max_score(lessons[r.assignment]))
     columns = [g for a in sorted(lessons) for g in lessons[a].columns]
-    write_csv(out / "grades.csv", done, columns, hints={})   # hints: filled when the batch ends
+    write_csv(out / "grades.csv", done, columns, hints={},   # hints: filled when the batch ends
+              term=term, overrides=overrides)
+
+
+def _maxima(lesson) -> dict:
+    """{grade_id: points} of a lesson's graded cells."""
+    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"].get("points", 0))
+            for nb in lesson.release.values() for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade")}
 
 
 def _max_score(lesson) -> float:
-    return float(sum(float(c.metadata["nbgrader"].get("points", 0)) for nb in lesson.release.values()
-                     for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")))
+    return float(sum(_maxima(lesson).values()))
 
 
-def write_csv(path: Path, results: list, exercise_columns: list, hints=None) -> None:
-    """One row per student and assignment: BASE_COLUMNS, then points per graded cell (atomic).
-
-    With ``hints`` ((student, assignment) -> the mistake ids of the exercises lost, see
-    autograder.insights), a last column ``hints`` holds them (empty while not yet known).
-
-    Every text cell is spreadsheet-safe (ids.spreadsheet_safe): one that a spreadsheet would
-    evaluate as a formula (``=``, ``+``, ``-``, ``@``, tab, carriage return first) starts with
-    an apostrophe, so an id like ``=HYPERLINK(...)`` is shown, never run.
-    """
-    columns = BASE_COLUMNS + list(dict.fromkeys(exercise_columns))
-    columns += ["hints"] if hints is not None else []
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\r\n")   # RFC 4180; a lone CR in a cell is quoted
-    w.writerow([ids.spreadsheet_safe(c) for c in columns])
-    for r in results:
-        row = {"student_id": r.student, "assignment": r.assignment, "score": r.score,
-               "max_score": r.max_score, "status": r.status, "notes": "; ".join(r.notes),
-               "hints": (hints or {}).get((r.student, r.assignment), "")}
-        row.update({k: v for k, v in r.exercises.items() if k in columns})
-        w.writerow([ids.spreadsheet_safe(row.get(c, "")) for c in columns])
-    atomic_write(path, buf.getvalue())
+def write_csv(path: Path, results: list, exercise_columns: list, hints=None, term=None,
+              overrides=()) -> None:
+    """grades.csv from Results: one row per student and assignment, BASE_COLUMNS, then points
+    per graded cell, then ``hints`` when given ((student, assignment) -> mistake ids). With
+    ``term`` (autograder.term.Term) and ``overrides`` ([results.Override]) the late rule and the
+    instructor's decisions are applied (autograder.results.final_grades). Atomic; every text
+    cell is spreadsheet-safe (an id like ``=HYPERLINK(...)`` is shown, never run)."""
+    write_grades_csv(path, final_grades(results, term, overrides), exercise_columns, hints)
 
 
 def _num(x: float) -> str:

@@ -19,9 +19,11 @@ from . import ids
 from .journal import atomic_write, load_result
 from .mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, is_test_cell,
                        load_mistakes, match_mistake)
+from .results import REJECTED, Status
 
 __all__ = ["MANIFEST", "INSIGHT_COLUMNS", "Exercise", "Lesson", "Insight", "ClassData",
-           "write_manifest", "load_class", "write_insights_csv", "write_lesson_csvs"]
+           "write_manifest", "load_class", "load_results", "lesson_maxima", "write_insights_csv",
+           "write_lesson_csvs"]
 
 MANIFEST = "class.json"
 INSIGHT_COLUMNS = ["student_id", "assignment", "exercise", "title", "points", "max_points",
@@ -96,6 +98,28 @@ def _read_manifest(out: Path):
     return [tuple(e) for e in data["students"]], dict(data["columns"])
 
 
+def load_results(out: Path) -> list:
+    """The journal dicts of the class graded into ``out``, in grades.csv order (class.json);
+    raises FileNotFoundError when ``out`` holds no graded class."""
+    entries, _ = _read_manifest(out)
+    found = (load_result(out, assignment, student) for student, assignment, _ in entries)
+    return [r for r in found if r is not None]
+
+
+def lesson_maxima(out: Path, assignments) -> dict:
+    """{assignment: {grade_id: points}} of each lesson's autograded cells, read from its
+    release in ``out/work/release`` (no kernel); a lesson without a release maps to {}."""
+    maxima = {}
+    for a in sorted(assignments):
+        maxima[a] = {}
+        for p in sorted((Path(out) / "work" / "release" / a).glob("*.ipynb")):
+            maxima[a].update({c.metadata["nbgrader"]["grade_id"]: float(
+                c.metadata["nbgrader"].get("points", 0)) for c in nbformat.read(p, as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("grade") and
+                c.metadata["nbgrader"].get("grade_id")})
+    return maxima
+
+
 def _cells(nb, kind: str) -> dict:
     return {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
             if c.metadata.get("nbgrader", {}).get(kind) and c.metadata["nbgrader"].get("grade_id")}
@@ -134,7 +158,7 @@ def _read_nb(path: Path):
 def _student_insights(work: Path, lesson: Lesson, res: dict, internal: str) -> tuple:
     """(insights, answer text) of one result: the hints from the autograded notebooks, the
     answers from the submitted ones (as graded, after repair)."""
-    graded = bool(res.get("exercises")) and not res.get("status", "").startswith("rejected")
+    graded = bool(res.get("exercises")) and Status.of(res.get("status", "")).kind != REJECTED
     shown, answers = {}, ""
     if graded:
         for name in lesson.notebooks:
@@ -197,18 +221,19 @@ def write_insights_csv(path: Path, data: ClassData) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def write_lesson_csvs(out: Path, data: ClassData) -> list:
-    """grades.csv (today's columns, then ``hints``) and grades-<lesson>.csv for each lesson
-    (only its rows and its exercise columns); returns the paths written."""
-    from .grade import Result, write_csv
-    known = set(Result.__dataclass_fields__)
-    results = [Result(**{k: v for k, v in r.items() if k in known}) for r in data.results]
-    hints = {(r.student, r.assignment): data.hints(r.student, r.assignment) for r in results}
+def write_lesson_csvs(out: Path, data: ClassData, rows: list = None) -> list:
+    """grades.csv (autograder.results.GRADE_COLUMNS, the exercises, then ``hints``) and
+    grades-<lesson>.csv for each lesson (only its rows and its exercise columns) from ``rows``
+    ([results.FinalGrade]; default: the results as graded, no term, no overrides); returns the
+    paths written."""
+    from .results import final_grades, write_grades_csv
+    rows = final_grades(data.results) if rows is None else rows
+    hints = {(r.student, r.assignment): data.hints(r.student, r.assignment) for r in rows}
     paths = [Path(out) / "grades.csv"]
-    write_csv(paths[0], results, [g for a in sorted(data.columns) for g in data.columns[a]],
-              hints=hints)
-    for a in sorted({r.assignment for r in results}):
+    write_grades_csv(paths[0], rows, [g for a in sorted(data.columns) for g in data.columns[a]],
+                     hints=hints)
+    for a in sorted({r.assignment for r in rows}):
         paths.append(Path(out) / f"grades-{a}.csv")
-        write_csv(paths[-1], [r for r in results if r.assignment == a], data.columns.get(a, []),
-                  hints=hints)
+        write_grades_csv(paths[-1], [r for r in rows if r.assignment == a],
+                         data.columns.get(a, []), hints=hints)
     return paths

@@ -24,7 +24,10 @@ from datetime import datetime
 
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
-__all__ = ["LmsFile", "LAYOUTS", "DESCRIPTIONS", "match_layout", "describe_layouts"]
+__all__ = ["LmsFile", "LAYOUTS", "DESCRIPTIONS", "match_layout", "describe_layouts",
+           "moodle_submission_times", "MOODLE_SOURCE"]
+
+MOODLE_SOURCE = "Moodle worksheet 'Last modified (submission)'"
 
 _QUIET = logging.getLogger("autograder.lms")
 _QUIET.addHandler(logging.NullHandler())
@@ -55,6 +58,7 @@ class LmsFile:
     file_id: str             # the file name as the student uploaded it (may hold folders)
     time: float = None       # upload time from the name (seconds since the epoch), if any
     late: bool = False
+    stamp: str = ""          # that time as written (ISO 8601, no zone: the LMS's wall clock)
 
 
 def _plugin(layout: str, rels) -> FileNameCollectorPlugin:
@@ -72,8 +76,9 @@ def _read(layout: str, rel: str, found: dict):
                                                              found["file_id"])
     if not found.get("file_id"):    # Blackboard's receipt of an attempt
         return None
-    stamp = datetime.strptime(found["timestamp"], "%Y-%m-%d-%H-%M-%S").timestamp()
-    return LmsFile(rel, found["student_id"], found["file_id"], time=stamp)
+    when = datetime.strptime(found["timestamp"], "%Y-%m-%d-%H-%M-%S")
+    return LmsFile(rel, found["student_id"], found["file_id"], time=when.timestamp(),
+                   stamp=when.isoformat())
 
 
 def match_layout(rels) -> tuple:
@@ -104,3 +109,37 @@ def describe_layouts() -> str:
     """The layouts collect understands, one per line, for error messages."""
     return "\n".join(f"  - {d}" for d in DESCRIPTIONS.values())
 
+
+
+def moodle_submission_times(path, zone) -> dict:
+    """{participant id: aware datetime} from a Moodle assignment's grading worksheet (the CSV
+    of "Download grading worksheet": ``Identifier`` "Participant 1001", ``Last modified
+    (submission)`` "Wednesday, 1 October 2026, 11:59 PM" in the Moodle user's time zone, read
+    in ``zone`` (a tzinfo); "-" or empty: no submission, left out). The id is the number a
+    Moodle zip's student id ends with ("Ann Smith_1001"). Raises ValueError naming the file
+    and line when a column is missing or a date cannot be read; FileNotFoundError."""
+    import csv
+    from pathlib import Path
+
+    from dateutil import parser as dates
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        missing = {"Identifier", "Last modified (submission)"} - set(reader.fieldnames or [])
+        if missing:
+            raise ValueError(f"{path}: no column {', '.join(sorted(missing))}; is it Moodle's "
+                             "grading worksheet (Download grading worksheet)?")
+        times = {}
+        for row in reader:
+            ident = (row["Identifier"] or "").strip()
+            text = (row["Last modified (submission)"] or "").strip()
+            number = ident.rsplit(" ", 1)[-1]
+            if not number.isdigit() or text in ("", "-"):
+                continue
+            try:
+                when = dates.parse(text)
+            except (ValueError, OverflowError):
+                raise ValueError(f"{path} line {reader.line_num}: 'Last modified (submission)' "
+                                 f"{text!r} is not a date") from None
+            times[number] = when if when.tzinfo else when.replace(tzinfo=zone)
+    return times

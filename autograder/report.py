@@ -4,14 +4,18 @@
 (matplotlib figures embedded as base64 PNG), for each exercise the catalogued mistakes ranked by
 how many students made them with the hint they were shown and who they are, a "no hint matched"
 row for unforeseen wrong answers, the submissions whose status needs the instructor (manual
-review, timed out, repaired, rejected), and pairs of similar answers (autograder.similarity).
+review undecided, what overrides.csv decided, late penalties and unknown submission times,
+timed out, repaired, rejected), and pairs of similar answers (autograder.similarity). Scores
+shown per student are the final ones (autograder.results: the term's late rule and
+overrides.csv applied); the distribution and pass rates are the tests' own.
 The page opens offline from the file system: no script, no server, no external resource (its
 Content-Security-Policy forbids them), and every string a student could have written (ids,
 hints quoting their values, code) is HTML-escaped.
 
-``grade`` rebuilds it at the end of every run; ``python -m autograder report DIR`` rebuilds it
-(with insights.csv and the CSVs' hints, autograder.insights) without regrading, for example
-after a lesson's mistakes.json was edited.
+``grade`` rebuilds it at the end of every run; ``python -m autograder report DIR [--term FILE]``
+rebuilds it (with insights.csv, grades.csv and the per-lesson CSVs, and each feedback page's
+grade box) without regrading or starting a kernel, for example after a lesson's mistakes.json
+was edited, an extension given or an override written.
 """
 import base64
 import datetime
@@ -26,19 +30,29 @@ from . import ids
 from .insights import ClassData, load_class, write_insights_csv, write_lesson_csvs
 from .journal import atomic_write
 from .mistakes import NO_MATCH, NOT_GRADED
+from .results import GRADED, NEEDS_REVIEW, REJECTED, TIMED_OUT, Status, class_grades, final_grades
 from .similarity import MIN_SHARED, THRESHOLD, available, similar_pairs
 
-__all__ = ["write_class_outputs", "render_report", "REPORT_FILE", "MAX_PAIRS_SHOWN"]
+__all__ = ["write_class_outputs", "render_report", "unknown_extensions", "REPORT_FILE",
+           "MAX_PAIRS_SHOWN"]
 
 REPORT_FILE = "report.html"
 MAX_PAIRS_SHOWN = 30          # per lesson; the rest are counted
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _STATUS_ADVICE = {
-    "needs manual review": "open the student's notebook (work/submitted/) and feedback page; the "
-                           "reason says what the grader could not decide.",
-    "timed out": "the cells named ran past the per-cell limit and scored as failed; regrade with "
+    NEEDS_REVIEW: "open the student's notebook (work/submitted/) and feedback page; the reason "
+                  "says what the grader could not decide. Until a row of DIR/overrides.csv "
+                  "decides it, the machine score stands.",
+    "decided": "decided in DIR/overrides.csv: a manual review settled, or points changed by "
+               "hand (the grade and the comment are in grades.csv and on the student's "
+               "feedback page).",
+    "late": "the late penalty of the term file; an extension in its [extensions] table and "
+            "`report DIR --term FILE` change it without regrading.",
+    "time unknown": "the lesson has a due date but the submission carries no time: no penalty "
+                    "was applied; set one with overrides.csv if one is due.",
+    TIMED_OUT: "the cells named ran past the per-cell limit and scored as failed; regrade with "
                  "a larger --cell-timeout if the code was merely slow.",
-    "rejected": "the file could not be graded (not a notebook, broken JSON, wrong lesson); ask "
+    REJECTED: "the file could not be graded (not a notebook, broken JSON, wrong lesson); ask "
                 "the student for the notebook itself, then grade again.",
     "repaired": "the grader fixed or chose something (renamed file, restored cells, several "
                 "notebooks); the grade stands, the note says what was done.",
@@ -50,13 +64,26 @@ def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD) -> dict:
+def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD, term=None) -> dict:
     """Write report.html, insights.csv, grades.csv (with hints) and grades-<lesson>.csv into
-    ``out`` from the class graded there; returns {"report": path, "insights": path, "csv":
-    [paths], "pairs": number of similar pairs}. Raises FileNotFoundError when ``out`` holds
-    no graded class."""
+    ``out`` from the class graded there, and the final-grade box of each feedback page, with
+    ``term`` (autograder.term.Term; None: the one recorded in ``out``, else none) and
+    ``out/overrides.csv`` applied (autograder.results). Starts no kernel. Returns {"report":
+    path, "insights": path, "csv": [paths], "pairs": number of similar pairs, "feedback":
+    pages updated, "grades": [FinalGrade]}. Raises FileNotFoundError when ``out`` holds no
+    graded class, results.OverrideError, term.TermError."""
+    from .config import list_assignments
+    from .feedback import write_grade_boxes
+    from .term import remember_term, remembered_term
     out = Path(out)
+    if term is None:
+        term = remembered_term(out, list_assignments(Path(root)))
+    else:
+        remember_term(out, term)
     data = load_class(root, out)
+    maxima = {a: {ex.grade_id: ex.points for ex in lesson.exercises}
+              for a, lesson in data.lessons.items()}
+    grades = class_grades(out, data.results, maxima, term)
     pairs, note = {}, ""
     if available():
         for a, lesson in data.lessons.items():
@@ -65,10 +92,18 @@ def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD) -> 
     else:
         note = "copydetect is not installed (pip install copydetect, or the grade extra)."
     write_insights_csv(out / "insights.csv", data)
-    csvs = write_lesson_csvs(out, data)
-    atomic_write(out / REPORT_FILE, render_report(data, pairs, out, threshold, note))
+    csvs = write_lesson_csvs(out, data, grades)
+    pages = write_grade_boxes(out, grades)
+    atomic_write(out / REPORT_FILE, render_report(data, pairs, out, threshold, note, grades))
     return {"report": out / REPORT_FILE, "insights": out / "insights.csv", "csv": csvs,
-            "pairs": sum(len(p) for p in pairs.values())}
+            "pairs": sum(len(p) for p in pairs.values()), "feedback": len(pages),
+            "grades": grades, "unknown_extensions": unknown_extensions(term, grades)}
+
+
+def unknown_extensions(term, grades: list) -> list:
+    """The student ids the term file gives an extension to that are not in this class (a typo
+    there would silently leave a student's penalty in place), sorted."""
+    return sorted(set(term.extensions) - {g.student for g in grades})
 
 
 # ---------------------------------------------------------------------------------- figures
@@ -140,7 +175,7 @@ details { margin: 0.3em 0; } summary { cursor: pointer; }
 
 def _lesson_numbers(data: ClassData, a: str) -> dict:
     results = [r for r in data.results if r["assignment"] == a]
-    graded = [r for r in results if r.get("exercises") and not r["status"].startswith("rejected")]
+    graded = [r for r in results if r.get("exercises") and Status.of(r["status"]).kind != REJECTED]
     return {"results": results, "graded": graded, "scores": [float(r["score"]) for r in graded]}
 
 
@@ -174,20 +209,24 @@ def _mistake_table(data: ClassData, lesson, ex, rows: list) -> str:
     return "\n".join(out)
 
 
-def _status_kind(res: dict) -> str:
-    status = res["status"]
-    for kind in ("needs manual review", "timed out", "rejected"):
-        if status.startswith(kind):
-            return kind
-    return "graded"
-
-
-def _statuses(results: list) -> str:
+def _statuses(results: list, grades: dict = None) -> str:
+    """The "needs you" table: per status kind (and, with ``grades`` {(student, lesson):
+    FinalGrade}, manual reviews decided, late penalties and unknown times) who and why."""
     groups = {k: [] for k in _STATUS_ADVICE}
     for r in results:
-        kind = _status_kind(r)
-        if kind != "graded":
-            groups[kind].append((r["student"], r["status"].split(": ", 1)[-1]))
+        status = Status.of(r["status"])
+        final = (grades or {}).get((r["student"], r["assignment"]))
+        kind = status.kind
+        if final is not None and final.overrides:
+            was = f"{status.reason}; " if final.review == "decided" else ""
+            groups["decided"].append((r["student"], f"{was}{final.override_text} -> score "
+                                      f"{final.score:g} ({final.override_comment or 'no comment'})"))
+        if kind != GRADED and not (final is not None and final.review == "decided"):
+            groups[kind].append((r["student"], status.reason))
+        if final is not None and final.late_penalty:
+            groups["late"].append((r["student"], final.late_note))
+        elif final is not None and final.due and not final.submitted_at and kind != REJECTED:
+            groups["time unknown"].append((r["student"], final.late_note))
         if r.get("notes"):
             groups["repaired"].append((r["student"], "; ".join(r["notes"])))
     if not any(groups.values()):
@@ -197,7 +236,9 @@ def _statuses(results: list) -> str:
     for kind, items in groups.items():
         if items:
             why = "".join(f"<div><b>{_e(s)}</b>: {_e(reason)}</div>" for s, reason in items)
-            out.append(f"<tr class='status' data-status='{_e(kind)}'><td>{_e(kind)}</td>"
+            label = {NEEDS_REVIEW: "manual review: undecided" if grades else kind,
+                     "decided": "decided (overrides)"}.get(kind, kind)
+            out.append(f"<tr class='status' data-status='{_e(kind)}'><td>{_e(label)}</td>"
                        f"<td class='num count'>{len(items)}</td><td class='who'>{why}</td>"
                        f"<td class='note'>{_e(_STATUS_ADVICE[kind])}</td></tr>")
     out.append("</table>")
@@ -251,7 +292,8 @@ def _feedback_link(out: Path, res: dict) -> str:
     return f"<a href='{_e('/'.join(quote(part) for part in rel))}'>feedback</a>"
 
 
-def _lesson_section(data: ClassData, a: str, pairs, out: Path, threshold: float, note: str) -> str:
+def _lesson_section(data: ClassData, a: str, pairs, out: Path, threshold: float, note: str,
+                    grades: dict) -> str:
     lesson, nums = data.lessons[a], _lesson_numbers(data, a)
     rows = [i for i in data.insights if i.assignment == a]
     scores, graded = nums["scores"], nums["graded"]
@@ -292,15 +334,19 @@ def _lesson_section(data: ClassData, a: str, pairs, out: Path, threshold: float,
                  f"<small><code>{_e(ex.grade_id)}</code>, {passed} of {n} passed</small></h3>")
         h.append(_mistake_table(data, lesson, ex, [i for i in rows if i.exercise == ex.grade_id]))
     h.append("<h3>Submissions that need you</h3>")
-    h.append(_statuses(nums["results"]))
+    h.append(_statuses(nums["results"], grades))
     h.append("<h3>Similar submissions</h3>")
     h.append(_similar(a, pairs, threshold, note))
     h.append(f"<details><summary>All {len(nums['results'])} students</summary>"
              "<table class='students'><tr><th>Student</th><th>Score</th><th>Status</th>"
              "<th>Mistakes</th><th></th></tr>")
     for r in nums["results"]:
+        final = grades[(r["student"], a)]
+        changed = [f"raw {final.raw_score:g}"] if final.raw_score != final.machine_score else []
+        changed += [f"late -{final.late_penalty:g}"] if final.late_penalty else []
         h.append(f"<tr class='student' data-student='{_e(r['student'])}'><td>{_e(r['student'])}</td>"
-                 f"<td class='num score'>{float(r['score']):g} / {float(r['max_score']):g}</td>"
+                 f"<td class='num score'>{final.score:g} / {final.max_score:g}"
+                 f"{' (' + _e(', '.join(changed)) + ')' if changed else ''}</td>"
                  f"<td>{_e(r['status'])}</td><td>{_e(data.hints(r['student'], a))}</td>"
                  f"<td>{_feedback_link(out, r)}</td></tr>")
     h.append("</table></details></section>")
@@ -308,8 +354,10 @@ def _lesson_section(data: ClassData, a: str, pairs, out: Path, threshold: float,
 
 
 def render_report(data: ClassData, pairs: dict, out: Path, threshold: float = THRESHOLD,
-                  note: str = "") -> str:
-    """The report page (a str of HTML) for ``data``; ``pairs``: assignment -> [similarity.Pair]."""
+                  note: str = "", grades: list = None) -> str:
+    """The report page (a str of HTML) for ``data``; ``pairs``: assignment -> [similarity.Pair];
+    ``grades``: [results.FinalGrade] of data.results (default: as graded, no term)."""
+    grades = {(g.student, g.assignment): g for g in (grades or final_grades(data.results))}
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     lessons = [a for a in sorted(data.lessons)]
     head = (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -321,8 +369,8 @@ def render_report(data: ClassData, pairs: dict, out: Path, threshold: float = TH
             "matched to the mistake its hint names (solutions/&lt;lesson&gt;/mistakes.json); "
             "insights.csv holds every row.</p>",
             "<nav>" + "".join(f"<a href='#lesson-{_e(a)}'>{_e(a)}</a>" for a in lessons) + "</nav>"]
-    body += [_lesson_section(data, a, pairs.get(a), out, threshold, note) for a in lessons]
+    body += [_lesson_section(data, a, pairs.get(a), out, threshold, note, grades) for a in lessons]
     other = [r for r in data.results if r["assignment"] not in data.lessons]
     if other:
-        body.append("<h2>Submissions of no known lesson</h2>" + _statuses(other))
+        body.append("<h2>Submissions of no known lesson</h2>" + _statuses(other, grades))
     return head + "\n".join(body) + "\n</body></html>\n"
