@@ -202,12 +202,13 @@ class KernelLink:
         self.busy = False        # a request is running (it has its own time limit)
         self.expired = False     # the test's alarm rang while a request was running
         self.blocked = False     # a request ran but sent no reply: the notebook intercepted it
+        self.module = KERNEL_MODULE   # the name of the kernel side's copy the requests go to
 
     def request(self, req: dict, what: str) -> dict:
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise StudentTimeout(f"time ran out before {what}")
-        code = (f"__import__('sys').modules[{KERNEL_MODULE!r}]"
+        code = (f"__import__('sys').modules[{self.module!r}]"
                 f".kernel_request({json.dumps(req, allow_nan=True)!r})")
         self.busy = True
         try:
@@ -223,7 +224,7 @@ class KernelLink:
                                f"(sys.modules[{KERNEL_MODULE!r}]) removed or replaced by a cell?")
         return reply
 
-    def install(self) -> None:
+    def install(self, module: str = KERNEL_MODULE) -> None:
         """Put the kernel side of :mod:`autograder.wire` into the kernel, before any student cell.
 
         The student library ``mlexp`` carries nothing of the grader, so the module's source is
@@ -232,13 +233,16 @@ class KernelLink:
         replace it, which can only change what the student's own names look like, and a request
         it then fails to answer is reported as blocked."""
         source = Path(wire.__file__).read_text(encoding="utf-8")
-        code = (f"(lambda m: (exec(compile({source!r}, '<autograder.wire>', 'exec'), m.__dict__), "
+        code = (f"(lambda m: (__import__('builtins').exec(__import__('builtins').compile("
+                f"{source!r}, '<autograder.wire>', 'exec'), m.__dict__), "
                 f"__import__('sys').modules.__setitem__(m.__name__, m)))"
-                f"(__import__('types').ModuleType({KERNEL_MODULE!r}));")
-        _reply, timed_out, error = self.client.run_request(code, None)
+                f"(__import__('types').ModuleType({module!r}));")
+        _reply, timed_out, error = self.client.run_request(code, RECOVER_S)
         if timed_out or error:
+            self.blocked = True
             raise RuntimeError("the grader could not set up its channel in the notebook's kernel"
                                + (f" ({error})" if error else " (timed out)"))
+        self.module = module
 
     def lookup(self, name: str):
         reply = self.request({"op": "lookup", "name": name}, f"`{name}`")
@@ -596,6 +600,36 @@ def _watch_list(nb) -> list:
     return wanted
 
 
+CHANNEL_NAMES = (KERNEL_MODULE, "kernel_request", WIRE_MIME)   # what only the grader's code names
+
+
+def _tamper_reports(link) -> list:
+    """What the student's code changed in its kernel, asked twice: of the copy of the kernel
+    side that took the snapshot, and of a fresh copy sent in now under a random name (the
+    notebook cannot have replaced it in advance). A report that cannot be read is itself a
+    finding, so silencing the channel flags the submission instead of clearing it."""
+    import secrets
+    found = []
+    for fresh in (False, True):
+        try:
+            if fresh:
+                link.install(f"{KERNEL_MODULE}_{secrets.token_hex(8)}")
+            reply = link.request({"op": "tamper_report"}, "the kernel's tamper report")
+        except RuntimeError:
+            continue   # blocked: said by the caller
+        value = reply.get("value")
+        if not isinstance(value, list):
+            found.append("the kernel's tamper report (it could not be read)")
+            continue
+        found += [str(x)[:200] for x in value if str(x)[:200] not in found]
+    return found
+
+
+def _names_the_channel(cell) -> bool:
+    """A student cell whose code names the grader's channel (read here, on the trusted side)."""
+    return any(name in cell.source for name in CHANNEL_NAMES)
+
+
 def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), course_root=None,
                  sandbox=True, show_call_output=False, mode="autograde", cwd=None):
     """Execute ``nb`` (its tests here, the rest in a sandboxed kernel); returns (nb, report).
@@ -629,7 +663,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                                               mode=mode)
         cwd = job_dir
     else:
-        env = {**os.environ, "NBGRADER_EXECUTION": mode, "MPLBACKEND": "Agg"}
+        env = {**os.environ, "NBGRADER_EXECUTION": mode, "MPLBACKEND": jail.INLINE_BACKEND}
         cwd = cwd or job_dir
     client = HarnessClient(nb, options, km=km)
     link = KernelLink(client)
@@ -637,6 +671,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
     deadline = time.monotonic() + options.notebook_timeout
     count = 0
     stopped = ""
+    channel_cell = None   # the first student cell that names the grader's channel
     try:
         with client.setup_kernel(env=env, cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
             link.install()
@@ -662,6 +697,8 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                         report["review"].append(review)
                     timed_out = any(o.get("ename") == TIMEOUT_ENAME for o in cell.outputs)
                 elif cell.source.strip():
+                    if _names_the_channel(cell) and channel_cell is None:
+                        channel_cell = index + 1
                     timed_out = client.run_cell(cell, index, limit)
                 if cell.source.strip():
                     count += 1
@@ -677,15 +714,13 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                                    "so it was shut down")
                         report["kernel"] = stopped
             if not stopped:
-                try:
-                    found = link.request({"op": "tamper_report"}, "the kernel's tamper report")
-                    found = found.get("value") if isinstance(found.get("value"), list) else []
-                    report["tampered"] = [str(x)[:200] for x in found]
-                except RuntimeError:
-                    pass   # blocked: said below
+                report["tampered"] = _tamper_reports(link)
             if link.blocked:
                 report["tampered"].append("the grader's requests to the kernel (they were "
                                           "blocked or rewritten)")
+            if channel_cell is not None:
+                report["tampered"].append(f"the grader's channel to the kernel (cell {channel_cell} "
+                                          "names it)")
     except (KernelGone, DeadKernelError) as exc:
         report["kernel"] = f"the kernel died {exc}" if isinstance(exc, KernelGone) else "the kernel died"
         for cell in nb.cells:

@@ -38,6 +38,11 @@ UID_RANGE = (2_000_000, 2_100_000)  # per-submission uids when the grader runs a
 _PROBE = {}
 
 
+# Figures: matplotlib's inline backend, so that plt.show() sends the figure as an image output
+# that the feedback page keeps (the student's notebook as it ran), within the output caps.
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
 def _bwrap():
     return shutil.which("bwrap")
 
@@ -151,7 +156,7 @@ def kernel_env(options, mode="autograde") -> dict:
             "HOME": SANDBOX_HOME, "USER": "student", "LOGNAME": "student",
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONPATH": COURSE_MOUNT,
             "PYTHONDONTWRITEBYTECODE": "1", "NBGRADER_EXECUTION": mode,
-            "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib", "IPYTHONDIR": "/tmp/ipython",
+            "MPLBACKEND": INLINE_BACKEND, "MPLCONFIGDIR": "/tmp/matplotlib", "IPYTHONDIR": "/tmp/ipython",
             "JUPYTER_RUNTIME_DIR": "/tmp/jupyter", "JUPYTER_DATA_DIR": "/tmp/jupyter-data",
             "TRITON_CACHE_DIR": "/tmp/triton", "TMPDIR": "/tmp"}
 

@@ -471,7 +471,8 @@ def _backward(req):
 
 
 WATCHED_MODULES = ("builtins", "math", "operator", "functools", "cmath", "statistics", "json",
-                   "numpy", "torch", "torch.nn.functional", "torch.linalg", "mlexp", "mlexp.ops")
+                   "numpy", "torch", "torch.nn.functional", "torch.linalg", "mlexp", "mlexp.ops",
+                   "IPython.display", "IPython.core.display_functions")
 
 
 def _watched_functions():
@@ -561,16 +562,21 @@ def _snapshot(req):
 
 
 def _tamper_report(_req):
-    """What code written in the notebook put into libraries, builtins and IPython's hooks."""
-    if not _SNAPSHOT:
-        return {"value": ["the grader's snapshot of the kernel was removed"]}
+    """What code written in the notebook put into libraries, builtins and IPython's hooks.
+
+    The copy that took the snapshot (before the student's first cell) reports what changed
+    since; a fresh copy, sent in by the harness after the last cell under a name the notebook
+    could not know, has no snapshot to trust and reports every watched function and hook whose
+    code was written in the notebook, so replacing the first copy hides nothing.
+    """
+    snap = _SNAPSHOT or None
     changed = []
     for name, fn in _watched_functions().items():
-        old = _SNAPSHOT["functions"].get(name)
-        if old is not None and fn is not old and _from_notebook(fn):
+        old = snap["functions"].get(name) if snap else None
+        if (fn is not old if snap else True) and (old is not None or not snap) and _from_notebook(fn):
             changed.append(name)
     for name, now in _shell_hooks().items():
-        before = _SNAPSHOT["hooks"].get(name, [])
+        before = snap["hooks"].get(name, []) if snap else []
         added = [h for h in now if not any(h is b for b in before)]
         if added and (name == "IPython custom exception handler" or any(map(_from_notebook, added))):
             changed.append(name)

@@ -92,3 +92,38 @@ def test_the_job_folder_is_never_in_the_sandbox(tmp_path, tmpdir, monkeypatch):
     finally:
         import shutil
         shutil.rmtree(base, ignore_errors=True)
+
+
+# Item 5: the tamper report cannot be silenced by replacing the kernel side of the channel.
+PATCH = "import math\nmath.sqrt = lambda x: 1.0\n"
+SILENCE_BY_NAME = ("import sys\n"
+                   "sys.modules['_autograder_wire']._tamper_report = lambda req: {'value': []}\n")
+SILENCE_HIDDEN = ("import sys\n"      # found without naming it, and wrapped: only its report lies
+                  "m = next(v for k, v in sys.modules.items() if k.startswith('_autograder' + '_wire'))\n"
+                  "real = m.kernel_request\n"
+                  "def fake(text, real=real, m=m):\n"
+                  "    if 'tamper' in text:\n"
+                  "        return m._publish({'value': []})\n"
+                  "    return real(text)\n"
+                  "m.kernel_request = fake\n")
+HONEST = ("import torch\nimport matplotlib.pyplot as plt\n"
+          "plt.plot(torch.arange(3.).tolist())\nplt.show()\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["patch", "patch+silence by name", "patch+silence hidden", "honest"])
+def test_tampering_is_flagged_even_with_the_report_silenced(tmp_path, kind):
+    source = {"patch": PATCH, "patch+silence by name": PATCH + SILENCE_BY_NAME,
+              "patch+silence hidden": PATCH + SILENCE_HIDDEN, "honest": HONEST}[kind]
+    cells = [nbformat.v4.new_code_cell(source),
+             _test("test_sqrt", 1, "import math\nassert math.sqrt(4) == 2")]
+    executed, report = run_submission(nbformat.v4.new_notebook(cells=cells), tmp_path,
+                                      GradingOptions(cell_timeout=60))
+    assert not report["kernel"], report
+    assert [o for o in executed.cells[1].outputs if o.get("output_type") == "error"] == []
+    if kind == "honest":
+        assert report["tampered"] == [], report
+        # item 10: plt.show() sends the figure, so feedback shows the notebook as it ran
+        assert any("image/png" in o.get("data", {}) for o in executed.cells[0].outputs), executed.cells[0].outputs
+    else:
+        assert "math.sqrt" in report["tampered"], report
