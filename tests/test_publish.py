@@ -155,12 +155,14 @@ def test_the_edition_installs_alone_and_checks_a_notebook(edition, tmp_path):
     assert Path(out[0]).is_relative_to(tmp_path / "fresh"), out
     assert out[1] == "None", "the grader is importable from the student edition"
     assert out[2].endswith("seed_tables/02_fixed_state_recall.md"), out
+    for lesson in LESSONS:            # every lesson's setup cell finds the installed mlexp
+        nb = nbformat.read(edition / "lessons" / lesson / f"{lesson}.ipynb", as_version=4)
+        [setup] = [c for c in nb.cells if c.get("id") == "course-setup"]
+        ran = subprocess.run([py, "-c", setup.source + "\nprint('SETUP-OK', mlexp.__file__)"],
+                             capture_output=True, text=True, env=env, cwd=edition / "lessons" / lesson,
+                             timeout=120)
+        assert "SETUP-OK" in ran.stdout and str(tmp_path / "fresh") in ran.stdout, (lesson, ran.stderr)
     lesson_dir = edition / "lessons" / "01_running_sum"
-    nb = nbformat.read(lesson_dir / "01_running_sum.ipynb", as_version=4)
-    [setup] = [c for c in nb.cells if c.get("id") == "course-setup"]
-    ran = subprocess.run([py, "-c", setup.source + "\nprint('SETUP-OK', mlexp.__file__)"],
-                         capture_output=True, text=True, env=env, cwd=lesson_dir, timeout=120)
-    assert "SETUP-OK" in ran.stdout and str(tmp_path / "fresh") in ran.stdout, ran.stderr
     blank = subprocess.run([py, "-m", "mlexp.check", str(lesson_dir / "01_running_sum.ipynb")],
                            capture_output=True, text=True, env=env, cwd=edition, timeout=600)
     assert blank.returncode == 1, blank.stdout + blank.stderr
