@@ -1,0 +1,144 @@
+"""The course as a book (`python -m autograder book`): pages, offline, and no answers.
+
+Two lessons are built at the grader's token size (NBGRADER_EXECUTION=validate) into a temporary
+folder, through the CLI. The site must hold each lesson page with every exercise and its visible
+test, no solution line or hidden test (scan of the files and of the pages' text), no script or
+stylesheet from the network, maths as MathML, and Download/Colab links to the student edition.
+Without Sphinx and myst-nb (the grader's book extra) the tests skip, unless MLEXP_REQUIRE_BOOK=1.
+"""
+import importlib.util
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LESSONS_BUILT = ["01_running_sum", "04_hybrid_kv_cache"]
+TEST_REPO = "test-owner/test-course"
+
+_missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme", "jupyter_cache")
+            if importlib.util.find_spec(m) is None]
+if _missing and os.environ.get("MLEXP_REQUIRE_BOOK") == "1":
+    raise RuntimeError(f"MLEXP_REQUIRE_BOOK=1 but {', '.join(_missing)} missing: "
+                       "pip install -e './autograder[book]'")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(bool(_missing), reason=f"the book extra is not installed "
+                                 f"({', '.join(_missing)} missing): pip install -e './autograder[book]'")]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    from autograder.cli import main
+    tmp = tmp_path_factory.mktemp("book")
+    out = tmp / "site"
+    assert main(["--course", str(REPO), "book", str(out), "--size", "grading", "--repo", TEST_REPO,
+                 "--cache", str(tmp / "cache"), "--lessons", *LESSONS_BUILT]) == 0
+    return out
+
+
+def _text(page: Path) -> str:
+    from autograder.book import _Text
+    parser = _Text()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return "".join(parser.parts)
+
+
+def _graded(lesson: str):
+    nb = nbformat.read(REPO / "lessons" / lesson / f"{lesson}.ipynb", as_version=4)
+    return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+            or c.metadata.get("nbgrader", {}).get("solution")]
+
+
+@pytest.mark.parametrize("lesson", LESSONS_BUILT)
+def test_lesson_page_shows_each_exercise_and_its_visible_test(site, lesson):
+    page = site / "lessons" / f"{lesson}.html"
+    assert page.is_file(), sorted(p.name for p in (site / "lessons").iterdir())
+    text = _text(page)
+    for cell in _graded(lesson):
+        meta = cell.metadata["nbgrader"]
+        if meta.get("solution"):
+            assert f"Exercise: {meta['grade_id']}" in text
+        if meta.get("grade"):   # the visible test, line by line as the student's notebook has it
+            for line in cell.source.splitlines():
+                if line.strip() and "### BEGIN HIDDEN" not in line:
+                    assert line.strip() in text, (meta["grade_id"], line)
+    assert "Download notebook" in text and "Open in Colab" in text
+    assert "(graded" in text or "Your turn" in text
+
+
+def test_site_holds_no_answer(site):
+    from autograder.book import html_text_scan
+    from autograder.publish import scan
+    assert html_text_scan(site, REPO) == []
+    notebooks = sorted(site.rglob("*.ipynb"))
+    assert [p.relative_to(site).as_posix() for p in notebooks] == \
+        [f"lessons/{lesson}/{lesson}.ipynb" for lesson in LESSONS_BUILT]
+    for nb in notebooks:
+        assert scan(nb, REPO) == []
+
+
+def test_scan_of_the_pages_finds_a_planted_solution_line(site, tmp_path):
+    """The check above can fail: a solution line highlighted into spans is still found."""
+    from autograder.book import html_text_scan
+    from autograder.publish import secret_lines
+    line = next(s for s, where in secret_lines(REPO).items() if "01_running_sum" in where
+                and "solution" in where and "=" in s)
+    spans = "".join(f'<span class="n">{tok}</span>' for tok in re.split(r"(\s+)", line))
+    copy = tmp_path / "site"
+    shutil.copytree(site, copy)
+    page = copy / "lessons" / "01_running_sum.html"
+    page.write_text(page.read_text(encoding="utf-8").replace(
+        "</body>", f'<div class="highlight"><pre>{spans}\n</pre></div></body>'), encoding="utf-8")
+    found = html_text_scan(copy, REPO)
+    assert len(found) == 1 and "lessons/01_running_sum.html" in found[0] and "solution" in found[0]
+
+
+def test_pages_load_nothing_from_the_network(site):
+    remote = re.compile(r"<(script|link)\b[^>]*\b(src|href)=[\"']?(https?:)?//", re.I)
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) >= 4      # index, api, the lessons, search
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert not remote.search(html), (page.name, remote.search(html).group(0))
+        assert not re.search(r"<script[^>]*mathjax", html, re.I), page.name
+    assert (site / "search.html").is_file() and (site / "searchindex.js").is_file()
+    assert "delta" in (site / "searchindex.js").read_text(encoding="utf-8")
+
+
+def test_maths_is_typeset_as_mathml(site):
+    """Every $...$ and $$...$$ of the lesson's text is a <math> element of its page."""
+    for lesson in LESSONS_BUILT:
+        nb = nbformat.read(REPO / "lessons" / lesson / f"{lesson}.ipynb", as_version=4)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        formulas = re.findall(r"\$\$.+?\$\$|\$[^$\n]+\$", text, re.S)
+        html = (site / "lessons" / f"{lesson}.html").read_text(encoding="utf-8")
+        assert formulas and html.count("<math") >= len(formulas), (lesson, len(formulas))
+        assert "math-tex" not in html, "a formula latex2mathml could not convert"
+
+
+def test_links_point_at_the_student_edition(site):
+    from autograder.course import BRANCH
+    from autograder.publish import _files
+    edition = _files(REPO, TEST_REPO, with_solutions=False)
+    for lesson in LESSONS_BUILT:
+        rel = f"lessons/{lesson}/{lesson}.ipynb"
+        html = (site / "lessons" / f"{lesson}.html").read_text(encoding="utf-8")
+        assert f'href="{lesson}/{lesson}.ipynb"' in html
+        assert (site / rel).read_bytes() == edition[rel]
+        assert f'href="https://colab.research.google.com/github/{TEST_REPO}/blob/{BRANCH}/{rel}"' in html
+
+
+def test_landing_and_api_pages(site):
+    index = _text(site / "index.html")
+    for lesson in LESSONS_BUILT:
+        assert lesson[:2] in index
+    assert "How to run the lessons" in index and "Colab" in index
+    api = _text(site / "api.html")
+    for name in ("linear_attention", "gated_delta_rule", "GatedDeltaNet"):
+        assert name in api, name
+    marker = json.loads((site / ".course-book.json").read_text())
+    assert marker["size"] == "grading" and marker["lessons"] == LESSONS_BUILT
