@@ -240,11 +240,18 @@ def page_notebook(executed, student, lesson: str, repo: str, with_solutions: boo
     return nb, counts
 
 
-def _lesson_table() -> str:
-    rows = ["| Lesson | Reading | What takes the time at full size |", "|---|---|---|"]
+def _lesson_table(root: Path) -> str:
+    """The lessons with their reading time (autograder/course.py) and the wall-clock time of a
+    full-size run measured by scripts/lesson_cells.py (scripts/lesson_times.json), where known."""
+    times_file = root / "scripts" / "lesson_times.json"
+    times = json.loads(times_file.read_text(encoding="utf-8")) if times_file.is_file() else {}
+    rows = ["| Lesson | Reading | Running at full size | What takes the time |", "|---|---|---|---|"]
     for lesson in LESSONS.values():
+        seconds = times.get(lesson.id, {}).get("seconds")
+        run = "not measured" if seconds is None else (
+            f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min")
         rows.append(f"| [{lesson.id[:2]} {lesson.title}](lessons/{lesson.id}.ipynb) "
-                    f"| {lesson.minutes} min | {lesson.heavy} |")
+                    f"| {lesson.minutes} min | {run} | {lesson.heavy} |")
     return "\n".join(rows)
 
 
@@ -259,7 +266,7 @@ def _sources(root: Path, src: Path, pages: dict, size: str, edition: dict) -> No
     fill = {"project": PROJECT, "math_extension": __name__,
             "size_note": "the experiments at full size" if size == "full" else
             "the experiments at the grader's token size, so figures are small-scale previews",
-            "lesson_table": _lesson_table(),
+            "lesson_table": _lesson_table(root),
             "toctree": "\n".join(f"lessons/{lesson}" for lesson in pages)}
     for name in ("conf.py", "index.md", "api.md"):
         text = string.Template((TEMPLATES / name).read_text(encoding="utf-8")).safe_substitute(fill)

@@ -5,6 +5,8 @@ folder, through the CLI. The site must hold each lesson page with every exercise
 test, no solution line or hidden test (scan of the files and of the pages' text), no script or
 stylesheet from the network, maths as MathML, and Download/Colab links to the student edition.
 Without Sphinx and myst-nb (the grader's book extra) the tests skip, unless MLEXP_REQUIRE_BOOK=1.
+The browser test opens the landing page and both lessons from file:// in headless Chromium with
+every other request refused, and saves artifacts/screenshots/book_*.png.
 """
 import importlib.util
 import json
@@ -15,9 +17,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_browser import CHROMIUM, CHROMIUM_FLAGS, SCREENSHOTS, _require_browser
 
 REPO = Path(__file__).resolve().parent.parent
-LESSONS_BUILT = ["01_running_sum", "04_hybrid_kv_cache"]
+LESSONS_BUILT = ["01_running_sum", "03_gates_and_delta_rule"]
 TEST_REPO = "test-owner/test-course"
 
 _missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme", "jupyter_cache")
@@ -142,3 +145,67 @@ def test_landing_and_api_pages(site):
         assert name in api, name
     marker = json.loads((site / ".course-book.json").read_text())
     assert marker["size"] == "grading" and marker["lessons"] == LESSONS_BUILT
+
+
+def test_book_in_a_browser_with_the_network_blocked(site):
+    """Maths typeset, figures loaded, download links found and search answering "delta rule",
+    from file:// with every other request refused."""
+    _require_browser()
+    from urllib.parse import unquote, urlparse
+    from playwright.sync_api import sync_playwright
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    refused = []
+
+    def refuse(route):
+        refused.append(route.request.url)
+        route.abort()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            context = browser.new_context(offline=True, viewport={"width": 1280, "height": 1000})
+            context.route(lambda url: not url.startswith("file:"), refuse)
+            page = context.new_page()
+            page.goto((site / "index.html").as_uri(), wait_until="load")
+            assert "How to run the lessons" in page.inner_text("main")
+            page.screenshot(path=str(SCREENSHOTS / "book_index.png"))
+            for lesson in LESSONS_BUILT:
+                page.goto((site / "lessons" / f"{lesson}.html").as_uri(), wait_until="load")
+                maths = page.evaluate("""() => [...document.querySelectorAll('math')].map(m => [
+                    m instanceof MathMLElement, m.getBoundingClientRect().width,
+                    m.getBoundingClientRect().height])""")
+                assert maths and all(ok and w > 5 and h > 5 for ok, w, h in maths), (lesson, maths)
+                images = page.evaluate("() => [...document.querySelectorAll('main img')]"
+                                       ".map(i => i.complete && i.naturalWidth > 0)")
+                assert all(images), (lesson, images)
+                href = page.get_attribute("a[download]", "href")
+                target = page.evaluate("h => new URL(h, document.baseURI).href", href)
+                assert Path(unquote(urlparse(target).path)).is_file(), target
+                page.screenshot(path=str(SCREENSHOTS / f"book_{lesson}.png"))
+            figures = sum(1 for p in (site / "_images").iterdir())
+            assert figures >= 1
+            page.goto((site / "search.html").as_uri() + "?q=delta+rule", wait_until="load")
+            page.wait_for_selector("ul.search li a", timeout=30_000)
+            found = page.eval_on_selector_all("ul.search li a", "as => as.map(a => a.href)")
+            assert any("03_gates_and_delta_rule" in h for h in found), found
+            page.screenshot(path=str(SCREENSHOTS / "book_search.png"))
+        finally:
+            browser.close()
+    assert refused == []
+
+
+def test_self_study_edition_folds_the_worked_solutions(site, tmp_path):
+    """--with-solutions adds each worked solution (found by the default edition's scan, so that
+    scan would catch one), never a hidden test; the lessons come from the cache."""
+    from autograder.book import html_text_scan
+    from autograder.cli import main
+    out = tmp_path / "self-study"
+    assert main(["--course", str(REPO), "book", str(out), "--size", "grading", "--repo", TEST_REPO,
+                 "--cache", str(site.parent / "cache"), "--lessons", LESSONS_BUILT[0],
+                 "--with-solutions"]) == 0
+    found = html_text_scan(out, REPO)
+    assert found and all("solution cell" in f and "01_running_sum" in f for f in found), found
+    assert html_text_scan(out, REPO, solutions_allowed=True) == []
+    html = (out / "lessons" / f"{LESSONS_BUILT[0]}.html").read_text(encoding="utf-8")
+    assert html.count("tag_worked-solution") == len(
+        [c for c in _graded(LESSONS_BUILT[0]) if c.metadata["nbgrader"].get("solution")])
