@@ -98,7 +98,7 @@ def _execute(root: Path, ids: list, cache_dir: Path, size: str, log) -> dict:
             seconds = cache.match_cache_notebook(source).data.get("execution_seconds")
         except KeyError:
             raise BookError(f"lesson {lesson} failed at {size} size (nothing is built):\n"
-                            f"{_failed_cell(record.traceback or 'no traceback recorded')}") from None
+                            f"{_failed_cell(record.traceback or 'no traceback recorded', source)}") from None
         how = "ran" if str(path) in ran else "unchanged, from the cache (ran"
         log(f"book: {lesson}: {how} in {seconds or 0:.0f} s at {size} size"
             + (")" if how.startswith("unchanged") else ""))
@@ -106,11 +106,19 @@ def _execute(root: Path, ids: list, cache_dir: Path, size: str, log) -> dict:
     return out
 
 
-def _failed_cell(traceback: str) -> str:
-    """The part of nbclient's message that names the failing cell (its source and the error)."""
-    tail = traceback.strip().splitlines()
-    start = next((i for i, line in enumerate(tail) if "An error occurred while executing" in line), 0)
-    return "\n".join(tail[start:start + 60])
+def _failed_cell(traceback: str, nb) -> str:
+    """Which cell of ``nb`` failed (its number, from 1, and code) and the error, from nbclient's
+    message, without colour codes."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", traceback).strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if "An error occurred while executing" in line), 0)
+    rules = [i for i, line in enumerate(lines) if i > start and set(line.strip()) == {"-"}][:2]
+    where = ""
+    if len(rules) == 2:
+        code = "\n".join(lines[rules[0] + 1:rules[1]]).strip()
+        number = next((n for n, cell in enumerate(nb.cells, 1)
+                       if cell.cell_type == "code" and cell.source.strip() == code), None)
+        where = f"cell {number} of the notebook raised:\n" if number else ""
+    return where + "\n".join(lines[start:start + 60])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -209,3 +209,16 @@ def test_self_study_edition_folds_the_worked_solutions(site, tmp_path):
     html = (out / "lessons" / f"{LESSONS_BUILT[0]}.html").read_text(encoding="utf-8")
     assert html.count("tag_worked-solution") == len(
         [c for c in _graded(LESSONS_BUILT[0]) if c.metadata["nbgrader"].get("solution")])
+
+
+def test_a_lesson_that_raises_stops_the_build_naming_the_cell(tmp_path):
+    from autograder.book import BookError, _execute
+    lesson = "04_hybrid_kv_cache"
+    nb = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    nb.cells = nb.cells[:3] + [nbformat.v4.new_code_cell("# the broken cell\nraise ValueError('planted failure')")]
+    (tmp_path / "solutions" / lesson).mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "solutions" / lesson / f"{lesson}.ipynb")
+    with pytest.raises(BookError, match="planted failure") as err:
+        _execute(tmp_path, [lesson], tmp_path / "cache", "grading", print)
+    assert "cell 4 of the notebook raised" in str(err.value) and "# the broken cell" in str(err.value)
+    assert lesson in str(err.value) and "\x1b[" not in str(err.value)
