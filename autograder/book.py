@@ -1,6 +1,6 @@
 """`book`: the course as a static web site (Sphinx, myst-nb, sphinx-book-theme), built offline.
 
-``python -m autograder book OUT [--size full|grading] [--lessons ID ...] [--with-solutions]``
+``python -m autograder book OUT [--size full|grading] [--lessons ID ...] [--with-solutions] [--rerun]``
 
 1. Each lesson's solution notebook is copied into a scratch folder and executed there with the
    reference answers, through jupyter-cache: a lesson whose code cells did not change since the
@@ -56,8 +56,9 @@ class BookError(RuntimeError):
 # Executing the lessons (jupyter-cache)
 
 
-def _execute(root: Path, ids: list, cache_dir: Path, size: str, log) -> dict:
-    """{lesson id: executed solution notebook}, run in scratch copies through jupyter-cache."""
+def _execute(root: Path, ids: list, cache_dir: Path, size: str, log, rerun: bool = False) -> dict:
+    """{lesson id: executed solution notebook}, run in scratch copies through jupyter-cache
+    (which keys a run by the notebook's code: ``rerun`` runs them again, e.g. after mlexp changed)."""
     import nbformat
     from jupyter_cache import get_cache
     from jupyter_cache.executors import load_executor
@@ -82,7 +83,8 @@ def _execute(root: Path, ids: list, cache_dir: Path, size: str, log) -> dict:
     try:
         executor = load_executor("local-serial", cache=cache)
         pks = [cache.get_project_record(str(p)).pk for p in paths.values()]
-        result = executor.run_and_cache(filter_pks=pks, timeout=3600, allow_errors=False)
+        result = executor.run_and_cache(filter_pks=pks, timeout=3600, allow_errors=False,
+                                        force=rerun)
     finally:
         if saved is None:
             os.environ.pop("NBGRADER_EXECUTION", None)
@@ -371,7 +373,8 @@ def _check_out(out: Path) -> None:
 
 
 def book(root: Path, out: Path, size: str = "full", lessons=None, with_solutions: bool = False,
-         repo: str | None = None, cache_dir: Path | None = None, log=print) -> dict:
+         repo: str | None = None, cache_dir: Path | None = None, rerun: bool = False,
+         log=print) -> dict:
     """Build the course book of ``root`` into ``out``; returns a summary (lessons, seconds,
     exercises, hidden outputs, pages). Raises BookError when a lesson raises (naming the cell),
     when ``out`` is not a book folder, or when the site would show an answer."""
@@ -387,7 +390,7 @@ def book(root: Path, out: Path, size: str = "full", lessons=None, with_solutions
         raise BookError(f"no lesson matches {lessons}; the course has {', '.join(LESSONS)}.")
     cache_dir = Path(cache_dir or root / "build" / "book-cache").resolve()
     started = time.monotonic()
-    executed = _execute(root, ids, cache_dir, size, log)
+    executed = _execute(root, ids, cache_dir, size, log, rerun=rerun)
     import nbformat
     edition = {rel: data for rel, data in _files(root, repo, with_solutions=False).items()
                if rel.endswith(".ipynb") and rel.split("/")[1] in ids}

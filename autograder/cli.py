@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
                          "(default: COURSE_REPO of autograder/course.py)")
     bk.add_argument("--cache", metavar="DIR",
                     help="executed lessons (jupyter-cache) and Sphinx's work (default build/book-cache)")
+    bk.add_argument("--rerun", action="store_true",
+                    help="run every lesson again, also those the cache holds (the cache knows a "
+                         "lesson's code, not mlexp's: use it after changing the library)")
 
     g = sub.add_parser("grade", help="grade a class; print a table, write grades.csv and feedback")
     g.add_argument("submissions", nargs="?",
@@ -402,13 +405,14 @@ def _book(args) -> int:
     try:
         done = book(find_course_root(args.course), Path(args.out), size=args.size,
                     lessons=args.lessons, with_solutions=args.with_solutions, repo=args.repo,
-                    cache_dir=args.cache)
+                    cache_dir=args.cache, rerun=args.rerun)
     except (BookError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     exercises = sum(c["exercises"] for c in done["counts"].values())
     hidden = sum(c["hidden_outputs"] for c in done["counts"].values())
-    print(f"wrote the book into {args.out} ({len(done['lessons'])} lessons at {args.size} size, "
+    n = len(done["lessons"])
+    print(f"wrote the book into {args.out} ({n} lesson{'s' if n != 1 else ''} at {args.size} size, "
           f"{exercises} exercises, {hidden} outputs computed from answers left out, "
           f"{len(done['warnings'])} Sphinx warnings) in {done['seconds']:.0f} s; scanned: no "
           f"solution or hidden test. Open {done['index']}")
