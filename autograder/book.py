@@ -265,7 +265,8 @@ def _lesson_table(root: Path) -> str:
     return "\n".join(rows)
 
 
-def _sources(root: Path, src: Path, pages: dict, size: str, edition: dict) -> None:
+def _sources(root: Path, src: Path, pages: dict, size: str, edition: dict,
+             with_solutions: bool = False) -> None:
     """Write the Sphinx project: conf.py, the landing and API pages, the lesson pages, the
     student notebooks to download (``edition``: {relative path: bytes}) and the stylesheet."""
     import nbformat
@@ -277,6 +278,10 @@ def _sources(root: Path, src: Path, pages: dict, size: str, edition: dict) -> No
             "size_note": "the experiments at full size" if size == "full" else
             "the experiments at the grader's token size, so figures are small-scale previews",
             "lesson_table": _lesson_table(root),
+            "exercises_note": "This self-study edition also holds a worked solution under each "
+            "exercise, folded: try the exercise first, then open it." if with_solutions else
+            "The answers are not in this book: an output that would give one away is left out "
+            "of the page, with a note saying so.",
             "toctree": "\n".join(f"lessons/{lesson}" for lesson in pages)}
     for name in ("conf.py", "index.md", "api.md"):
         text = string.Template((TEMPLATES / name).read_text(encoding="utf-8")).safe_substitute(fill)
@@ -401,7 +406,7 @@ def book(root: Path, out: Path, size: str = "full", lessons=None, with_solutions
                                                       with_solutions)
     src = cache_dir / "site" / "src"
     # The student notebooks sit beside the pages: site/lessons/<id>/<id>.ipynb.
-    _sources(root, src, pages, size, edition)
+    _sources(root, src, pages, size, edition, with_solutions)
     html_dir = cache_dir / "site" / "html"
     if html_dir.exists():
         shutil.rmtree(html_dir)

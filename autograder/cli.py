@@ -415,7 +415,8 @@ def _book(args) -> int:
     print(f"wrote the book into {args.out} ({n} lesson{'s' if n != 1 else ''} at {args.size} size, "
           f"{exercises} exercises, {hidden} outputs computed from answers left out, "
           f"{len(done['warnings'])} Sphinx warnings) in {done['seconds']:.0f} s; scanned: no "
-          f"solution or hidden test. Open {done['index']}")
+          + ("hidden test (worked solutions folded in)" if args.with_solutions else
+             "solution or hidden test") + f". Open {done['index']}")
     return 0
 
 
