@@ -12,7 +12,9 @@ ifneq ($(SHARED_DATA),)
 export MLEXP_DATA_DIR ?= $(abspath ../shared/data)
 endif
 
-.PHONY: setup setup-lab setup-test grade grade-all lab test test-fast lessons check-generated colab
+BOOK ?= build/book
+
+.PHONY: setup setup-lab setup-test setup-book book grade grade-all lab test test-fast lessons check-generated colab
 setup:
 	bash scripts/setup.sh grade
 
@@ -21,6 +23,9 @@ setup-lab:
 
 setup-test:
 	bash scripts/setup.sh test
+
+setup-book:
+	bash scripts/setup.sh book
 
 # A sample of the demo class: SAMPLE students per lesson (a few minutes); grade-all: all of it.
 grade: setup
@@ -53,6 +58,11 @@ check-generated: setup
 	$(PY) -m autograder build --check || status=1; \
 	$(PY) -m autograder demo --check --check-hints || status=1; \
 	exit $$status
+
+# The course as a static web site in $(BOOK) (README: The course as a book). Every lesson runs at
+# full size the first time (about an hour of CPU); an unchanged lesson comes from the cache.
+book: setup-book
+	$(PY) -m autograder book $(BOOK)
 
 # The course file students upload to Colab before the course is on GitHub (dist/mlexp-*.whl).
 colab: setup

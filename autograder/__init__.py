@@ -3,7 +3,8 @@
 Run ``python -m autograder --help``. Commands: ``build [--check | --colab | --repo OWNER/NAME]``
 (lessons/ from solutions/; the Colab course file; publish),
 ``grade [SUBMISSIONS] --out DIR`` (a class), ``check NOTEBOOK`` (a student's self-check),
-``demo [--check] [--check-hints]`` (the fictional demo class), ``seeds LESSON`` (seed runs).
+``demo [--check] [--check-hints]`` (the fictional demo class), ``seeds LESSON`` (seed runs),
+``book OUT [--size grading]`` (the course as a static web site, :mod:`autograder.book`).
 The course itself (lessons, repository, root) is described in ``autograder.course``.
 """
 __all__ = ["main"]

@@ -1,4 +1,4 @@
-"""Command line: build, publish, grade, report, export, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
+"""Command line: build, publish, book, grade, report, export, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
 import argparse
 import sys
 import time
@@ -39,6 +39,25 @@ def parser() -> argparse.ArgumentParser:
     pb.add_argument("--with-solutions", action="store_true",
                     help="also write worked/<id>/<id>.ipynb, the solutions without their hidden "
                          "tests (self-study, or after the last deadline)")
+
+    bk = sub.add_parser("book", help="build the course as a static web site into OUT (Sphinx, "
+                                     "myst-nb; offline): lesson pages with outputs, no answers")
+    bk.add_argument("out", metavar="OUT", help="folder to write; empty, new, or a book built before")
+    bk.add_argument("--size", choices=["full", "grading"], default="full",
+                    help="run the experiments at full size (default, as a reader does) or at the "
+                         "grader's token size (NBGRADER_EXECUTION=validate: seconds, for tests)")
+    bk.add_argument("--lessons", nargs="+", metavar="ID",
+                    help="only these lessons (ids or prefixes, e.g. 01 04; default all)")
+    bk.add_argument("--with-solutions", action="store_true",
+                    help="self-study edition: the worked solution folded under each exercise")
+    bk.add_argument("--repo", metavar="OWNER/NAME",
+                    help="the student edition's public repository, for the Open in Colab links "
+                         "(default: COURSE_REPO of autograder/course.py)")
+    bk.add_argument("--cache", metavar="DIR",
+                    help="executed lessons (jupyter-cache) and Sphinx's work (default build/book-cache)")
+    bk.add_argument("--rerun", action="store_true",
+                    help="run every lesson again, also those the cache holds (the cache knows a "
+                         "lesson's code, not mlexp's: use it after changing the library)")
 
     g = sub.add_parser("grade", help="grade a class; print a table, write grades.csv and feedback")
     g.add_argument("submissions", nargs="?",
@@ -376,6 +395,31 @@ def _publish(args) -> int:
     return 0
 
 
+def _book(args) -> int:
+    try:
+        from .book import BookError, book
+    except ImportError as exc:
+        print(f"error: {exc}; the book needs the grader's book extra: bash scripts/setup.sh book "
+              "(or pip install -e './autograder[book]')", file=sys.stderr)
+        return 2
+    try:
+        done = book(find_course_root(args.course), Path(args.out), size=args.size,
+                    lessons=args.lessons, with_solutions=args.with_solutions, repo=args.repo,
+                    cache_dir=args.cache, rerun=args.rerun)
+    except (BookError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    exercises = sum(c["exercises"] for c in done["counts"].values())
+    hidden = sum(c["hidden_outputs"] for c in done["counts"].values())
+    n = len(done["lessons"])
+    print(f"wrote the book into {args.out} ({n} lesson{'s' if n != 1 else ''} at {args.size} size, "
+          f"{exercises} exercises, {hidden} outputs computed from answers left out, "
+          f"{len(done['warnings'])} Sphinx warnings) in {done['seconds']:.0f} s; scanned: no "
+          + ("hidden test (worked solutions folded in)" if args.with_solutions else
+             "solution or hidden test") + f". Open {done['index']}")
+    return 0
+
+
 def _export(args) -> int:
     from .export import export_gradebook, format_export, term_for
     term = term_for(args.term, Path(args.out)) if args.term else None
@@ -429,7 +473,7 @@ def main(argv=None) -> int:
     """Parse ``argv`` and run the command; errors a user can fix print one line and exit 2."""
     args = parser().parse_args(argv)
     try:
-        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo, "publish": _publish,
+        return {"build": _build, "grade": _grade, "check": _check, "demo": _demo, "publish": _publish, "book": _book,
                 "report": _report, "export": _export, "seeds": _seeds}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         print(f"error: {exc}", file=sys.stderr)

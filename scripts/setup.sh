@@ -4,7 +4,10 @@
 #           autograder/pyproject.toml): enough to grade, check, build and run lessons from the
 #           command line (`make grade`, `make lessons`)
 #   lab     adds mlexp's lab extra: JupyterLab and ipywidgets (`make lab`)
-#   test    (the default) adds the grader's test extra too: pytest, triton, playwright (`make test`)
+#   book    grade's packages and the grader's book extra: Sphinx, myst-nb, sphinx-book-theme,
+#           jupyter-cache (`make book`)
+#   test    (the default) adds the grader's test extra too: pytest, triton, playwright, and the
+#           book extra (`make test`)
 # torch is installed first only when the venv lacks it: the CPU build (torch==$TORCH_VERSION, from
 # the PyTorch CPU index; pip's own find-links serve it where that index is out of reach) on a
 # machine without an NVIDIA GPU, the default build otherwise. An existing torch is never replaced.
@@ -14,8 +17,9 @@ level=${1:-test}
 case "$level" in
   grade) packages=(-e . -e ./autograder) ;;
   lab) packages=(-e ".[lab]" -e ./autograder) ;;
+  book) packages=(-e . -e "./autograder[book]") ;;
   test) packages=(-e ".[lab,check]" -e "./autograder[test]") ;;
-  *) echo "setup: unknown level '$level' (grade, lab or test)" >&2; exit 2 ;;
+  *) echo "setup: unknown level '$level' (grade, lab, book or test)" >&2; exit 2 ;;
 esac
 PY=${PYTHON:-python3}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
@@ -41,13 +45,14 @@ if [ "$(uname -s)" = Linux ] && ! command -v bwrap >/dev/null 2>&1; then
     echo "setup: the grader needs bubblewrap: sudo apt-get install bubblewrap (or your distribution's package)" >&2
   fi
 fi
-# One stamp per level; each level includes the ones before it (grade < lab < test). Install again
+# One stamp per level; each level includes the ones before it (grade < lab < test; grade < book < test). Install again
 # when either pyproject.toml is newer than the stamp.
 fresh() { [ -f ".venv/.mlexp-installed-$1" ] && [ ! pyproject.toml -nt ".venv/.mlexp-installed-$1" ] \
   && [ ! autograder/pyproject.toml -nt ".venv/.mlexp-installed-$1" ]; }
 case "$level" in
   grade) fresh grade || fresh lab || fresh test ;;
   lab) fresh lab || fresh test ;;
+  book) fresh book || fresh test ;;
   test) fresh test ;;
 esac && exit 0
 echo "setup: installing the course (${packages[*]}) into .venv (the first time takes a few minutes)"
