@@ -17,13 +17,15 @@
    scalar and per-channel gates, the delta rule and the gated delta rule, at three small and
    ragged shapes): Triton against the float32 chunk path, output, final state, every gradient.
 3. Timing: forward and forward+backward at the three shapes of ops_cuda.py, Triton vs the chunk
-   path and vs fla (median of repeats, CUDA events).
+   path and vs fla (median of repeats, CUDA events); and the gated delta rule's state pass as it
+   is against its tile choice before issue 29 (VARIANTS), Triton only, at the issue's two shapes.
 Within 2 and 3 the cases never measured on a GPU before (MEASURED) come first. Every finished case
 is written at once to ``--out`` (JSON) and the README's table rendered from it (``render`` writes
 the .md beside it), so a run cut short still reports every case it reached.
 """
 import argparse
 import concurrent.futures
+import contextlib
 import datetime
 import heapq
 import json
@@ -54,6 +56,27 @@ MEASURED = {
     ("fwd", "gated_scalar", (8, 16, 2048, 64)), ("fwd", "gated_delta", (8, 16, 2048, 64)),
 }
 
+# The delta-rule state pass as chosen before issue 29 (tiles for one program per SM, 8 warps),
+# timed beside the current choice in the same run (Triton only) at the issue's two shapes.
+VARIANTS = {"state_before": dict(STATE_PROGRAMS_PER_SM=1, STATE_SMALL_WARPS=None)}
+AB = [("gated_delta", (8, 16, 2048, 64)), ("gated_delta", (4, 16, 4096, 128))]
+
+
+@contextlib.contextmanager
+def variant(name):
+    """Run the block with mlexp.ops.triton_delta's tile choice set to VARIANTS[name] (None: as is)."""
+    from mlexp.ops import triton_delta
+    changes = VARIANTS[name] if name else {}
+    before = {k: getattr(triton_delta, k) for k in changes}
+    for k, v in changes.items():
+        setattr(triton_delta, k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            setattr(triton_delta, k, v)
+
+
 # Seconds of the run besides compiling, for the estimate (guesses from the first H200 window, where
 # a warm correctness case took about 2 s and a timed (op, shape) both modes about 5 s with fla).
 STARTUP_S = 10.0          # a compile worker's start: python, torch, triton, mlexp imported, CUDA initialised
@@ -68,12 +91,19 @@ DEFAULT_COMPILE_S = 30.0  # a kernel missing from compile_times.json
 
 def plan(ops=ops_cuda.OPS, shapes=ops_cuda.SHAPES, check_shapes=ops_cuda.CHECK_SHAPES):
     """The run's cases in order: correctness, then timing, each with the never-measured cases first.
-    A case is a dict: kind ("check" or "time"), op, shape, and for timing the modes not yet measured."""
+    A case is a dict: kind ("check", "time", or "ab": Triton now against a VARIANTS entry), op,
+    shape (and variant)."""
     checks = [dict(kind="check", op=op, shape=tuple(s)) for op in ops for s in check_shapes]
     timed = [dict(kind="time", op=op, shape=tuple(s)) for s in shapes for op in ops]
-    checks.sort(key=lambda c: ("check", c["op"], c["shape"]) in MEASURED)               # stable: order kept
-    timed.sort(key=lambda c: sum((m, c["op"], c["shape"]) in MEASURED for m in MODES))
+    timed += [dict(kind="ab", op=op, shape=s, variant=v) for op, s in AB if op in ops for v in VARIANTS]
+    checks.sort(key=lambda c: measured(c, "check"))                                      # stable: order kept
+    timed.sort(key=lambda c: sum(measured(c, m) for m in MODES))
     return checks + timed
+
+
+def measured(case, mode):
+    """Whether a GPU window has measured this case in this mode ("check", "fwd" or "fwd+bwd")."""
+    return case["kind"] != "ab" and (mode, case["op"], tuple(case["shape"])) in MEASURED
 
 
 def _spec(a):
@@ -108,14 +138,16 @@ def compile_units(cases, dtype, arch, sm):
     compilation the cases need, once, grouped per (op, dtype, head_dim, kernel)."""
     seen, units = set(), {}
     for case in cases:
-        op, shape = case["op"], case["shape"]
-        for launch in op_launches_at(op, shape, dtype, arch, sm):
+        op, shape, var = case["op"], case["shape"], case.get("variant")
+        with variant(var):
+            launches = op_launches_at(op, shape, dtype, arch, sm)
+        for launch in launches:
             key = launch_key(launch)
             if key in seen:
                 continue
             seen.add(key)
-            ukey = (op, str(dtype).replace("torch.", ""), shape[3], key[0])
-            unit = units.setdefault(ukey, dict(op=op, dtype=ukey[1], head_dim=shape[3], kernel=key[0],
+            ukey = (op, str(dtype).replace("torch.", ""), shape[3], key[0], var)
+            unit = units.setdefault(ukey, dict(op=op, dtype=ukey[1], head_dim=shape[3], kernel=key[0], variant=var,
                                                shapes=[], launches=[]))
             if shape not in unit["shapes"]:
                 unit["shapes"].append(shape)
@@ -167,7 +199,7 @@ def estimate(cases, units, n_fla, jobs, times):
     durations = [unit_seconds(u, times) for u in units] + [FLA_WARM_S] * n_fla
     est = dict(compile=STARTUP_S + makespan(durations, jobs), compile_serial=sum(durations),
                checks=CHECK_S * sum(c["kind"] == "check" for c in cases),
-               timing=TIME_S * sum(c["kind"] == "time" for c in cases))
+               timing=TIME_S * sum(c["kind"] != "check" for c in cases))
     est["total"] = est["compile"] + est["checks"] + est["timing"]
     return est
 
@@ -253,6 +285,16 @@ def render(results):
     if fla_failed:
         lines += ["", "*fla raised, so chunk / Triton is the comparison there (and fla's forward where it ran): "
                   + "; ".join(fla_failed)]
+    ab = [c for c in cases if c["kind"] == "ab"]
+    if ab or meta.get("ab_planned"):
+        lines += ["", "The gated delta rule's state pass, V tiles for 4 programs per SM and 4 warps, against the "
+                  "choice before (tiles for one program per SM, 8 warps), Triton only, same run:", "",
+                  "| shape | op | forward: now / before | fwd+bwd: now / before |", "|---|---|---|---|"]
+        done = {(c["op"], tuple(c["shape"])): c for c in ab}
+        for op, shape in [(op, tuple(s)) for op, s in meta.get("ab_planned") or [[c["op"], c["shape"]] for c in ab]]:
+            c = done.get((op, shape), {})
+            cells = [_ratio(c[m]["triton"], c[m][c["variant"]]) if m in c else "not reached" for m in MODES]
+            lines.append("| " + " | ".join([str(shape), NAMES.get(op, op)] + cells) + " |")
     if results.get("not_reached"):
         lines += ["", "Not reached in the time budget: " + ", ".join(results["not_reached"])]
     return "\n".join(lines) + "\n"
@@ -261,13 +303,15 @@ def render(results):
 # ----------------------------------------------------------------------------- compiling (on the GPU)
 
 
-def _warm_unit(op, dtype_name, head_dim, kernel, shapes, arch, sm):
+def _warm_unit(op, dtype_name, head_dim, kernel, shapes, arch, sm, var=None):
     """In a worker: warm up (compile without running) one unit's launches into TRITON_CACHE_DIR."""
     t0 = time.monotonic()
     dtype = ops_cuda.DTYPES[dtype_name]
     done, seen = 0, set()
     for shape in shapes:
-        for launch in op_launches_at(op, tuple(shape), dtype, arch, sm):
+        with variant(var):
+            launches = op_launches_at(op, tuple(shape), dtype, arch, sm)
+        for launch in launches:
             key = launch_key(launch)
             if key[0] != kernel or key in seen:
                 continue
@@ -314,7 +358,8 @@ def compile_all(units, fla_jobs, dtype_name, arch, sm, jobs, timeout, log):
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         futs = {}
         for u in sorted(units, key=lambda u: -len(u["launches"])):
-            futs[pool.submit(_warm_unit, u["op"], dtype_name, u["head_dim"], u["kernel"], u["shapes"], arch, sm)] = u
+            futs[pool.submit(_warm_unit, u["op"], dtype_name, u["head_dim"], u["kernel"], u["shapes"], arch, sm,
+                             u.get("variant"))] = u
         for op, D, shapes in fla_jobs:
             futs[pool.submit(_fla_first_call, op, dtype_name, shapes)] = dict(op=op, head_dim=D, kernel="fla")
         done, pending = concurrent.futures.wait(futs, timeout=timeout)
@@ -353,6 +398,25 @@ def run_check(case, dtype, device, fla):
     return dict(status="FAIL" if bad else "PASS", errs=errs)
 
 
+def run_ab(case, dtype, device, repeats):
+    """{mode: {"triton": ms, case["variant"]: ms}}: Triton as it is and with the variant's tile
+    choice, forward and forward+backward, timed one after the other on the same inputs."""
+    op, shape = case["op"], case["shape"]
+    x = ops_cuda.make_inputs(*shape, dtype, device)
+    fn = lambda x: ops_cuda.OPS[op](x, "triton")                                  # noqa: E731
+    out = {}
+    for mode in MODES:
+        row = {}
+        for label, var in (("triton", None), (case["variant"], case["variant"])):
+            call = ops_cuda.forward_backward(fn, x, ops_cuda.USES[op]) if mode == "fwd+bwd" else (lambda: fn(x))
+            with variant(var), (torch.no_grad() if mode == "fwd" else torch.enable_grad()):
+                row[label] = list(ops_cuda.cuda_time(call, repeats))
+        out[mode] = row
+    del x
+    torch.cuda.empty_cache()
+    return out
+
+
 def describe(case):
     return f"{case['kind']:>5} {case['op']:>14} {tuple(case['shape'])}"
 
@@ -385,7 +449,8 @@ def main(argv=None):
     fla_jobs = fla_units(cases) if fla else []
     est = estimate(cases, units, len(fla_jobs), a.jobs, load_compile_times())
     print(f"# plan: {len(cases)} cases ({sum(c['kind'] == 'check' for c in cases)} correctness, "
-          f"{sum(c['kind'] == 'time' for c in cases)} timed (op, shape), each forward and forward+backward), "
+          f"{sum(c['kind'] == 'time' for c in cases)} timed (op, shape), {sum(c['kind'] == 'ab' for c in cases)} "
+          "state-pass comparisons; each forward and forward+backward), "
           f"never-measured first; {a.dtype}, sm_{arch}, {sm} SMs{'' if torch.cuda.is_available() else ' (assumed)'}")
     print(f"# compile: {n_comp} distinct compilations in {len(units)} units (one per op, dtype, head_dim, "
           f"kernel) on {a.jobs} processes" + (f", plus {len(fla_jobs)} fla warm-ups" if fla_jobs else
@@ -396,7 +461,7 @@ def main(argv=None):
     print("# not in the estimate: first calls on the GPU (CUDA modules loading) and fla's autotuning at each new "
           "shape (the first H200 window spent about 45 s per new (op, dtype, head_dim), compiling one after another)")
     for i, c in enumerate(cases):
-        new = [m for m in (("check",) if c["kind"] == "check" else MODES) if (m, c["op"], c["shape"]) not in MEASURED]
+        new = [m for m in (("check",) if c["kind"] == "check" else MODES) if not measured(c, m)]
         every = 1 if c["kind"] == "check" else len(MODES)
         note = "never measured" if len(new) == every else "new: " + ", ".join(new) if new else "measured before"
         print(f"{i + 1:>3}. {describe(c)}  {note}")
@@ -412,6 +477,7 @@ def main(argv=None):
                              fla=_fla_version() if fla else None, bound=ops_cuda.BOUND[dtype],
                              compilations=n_comp, checks_planned=sum(c["kind"] == "check" for c in cases),
                              timed_planned=[[c["op"], list(c["shape"])] for c in cases if c["kind"] == "time"],
+                             ab_planned=[[c["op"], list(c["shape"])] for c in cases if c["kind"] == "ab"],
                              estimate=est),
                    cases=[], not_reached=[])
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="gpu_run_triton_cache_"))   # a fresh one
@@ -432,8 +498,12 @@ def main(argv=None):
         t0 = time.monotonic()
         rec = dict(kind=c["kind"], op=c["op"], shape=list(c["shape"]))
         try:
-            rec.update(run_check(c, dtype, device, fla) if c["kind"] == "check"
-                       else ops_cuda.time_op(c["op"], c["shape"], dtype, device, fla, a.repeats))
+            if c["kind"] == "check":
+                rec.update(run_check(c, dtype, device, fla))
+            elif c["kind"] == "ab":
+                rec.update(run_ab(c, dtype, device, a.repeats), variant=c["variant"])
+            else:
+                rec.update(ops_cuda.time_op(c["op"], c["shape"], dtype, device, fla, a.repeats))
         except Exception as e:                                                    # noqa: BLE001 - record, go on
             rec.update(status="ERROR", error=f" {type(e).__name__}: {e}"[:300])
         rec["seconds"] = time.monotonic() - t0
