@@ -134,6 +134,33 @@ def forward_backward(fn, x, names):
     return run
 
 
+def time_op(op, shape, dtype, device, fla, repeats):
+    """{mode: {impl: [median, min, max] ms}} of op at shape, forward ("fwd") and forward+backward
+    ("fwd+bwd"), for Triton, the chunk path and fla (when fla is not None); an impl that raises
+    gives "<impl>_error": its message instead."""
+    x = make_inputs(*shape, dtype, device)
+    xf = to_fla(x) if fla else None
+    names = USES[op]
+    out = {}
+    for mode in ("fwd", "fwd+bwd"):
+        row = {}
+        for impl in ("triton", "chunk", "fla"):
+            if impl == "fla" and not fla:
+                continue
+            fn = fla[op] if impl == "fla" else (lambda x, impl=impl: OPS[op](x, impl))
+            inp = xf if impl == "fla" else x
+            call = forward_backward(fn, inp, names) if mode == "fwd+bwd" else (lambda fn=fn, inp=inp: fn(inp))
+            try:
+                with torch.no_grad() if mode == "fwd" else torch.enable_grad():
+                    row[impl] = list(cuda_time(call, repeats))
+            except Exception as e:                                               # noqa: BLE001 - report, go on
+                row[impl + "_error"] = f"{type(e).__name__}: {e}"[:300]
+        out[mode] = row
+    del x, xf
+    torch.cuda.empty_cache()
+    return out
+
+
 def grid_report(op, shape, dtype, sm_count, arch=90):
     """[(kernel name, programs, programs per SM)] of op's Triton launches, forward and backward, as
     made on a GPU of compute capability arch with sm_count SMs, recorded on meta tensors (no GPU needed)."""
@@ -205,22 +232,9 @@ def main(argv=None):
             if time.monotonic() > t_end:
                 skipped.append(f"{op} {shape}")
                 continue
-            x = make_inputs(*shape, dtype, device)
-            xf = to_fla(x) if fla else None
-            names = USES[op]
-            for mode in ("fwd", "fwd+bwd"):
-                row = {}
-                for impl in ("triton", "chunk", "fla"):
-                    if impl == "fla" and not fla:
-                        continue
-                    fn = fla[op] if impl == "fla" else (lambda x, impl=impl, op=op: OPS[op](x, impl))
-                    inp = xf if impl == "fla" else x
-                    call = forward_backward(fn, inp, names) if mode == "fwd+bwd" else (lambda: fn(inp))
-                    try:
-                        with torch.no_grad() if mode == "fwd" else torch.enable_grad():
-                            row[impl] = cuda_time(call, a.repeats)
-                    except Exception as e:                                       # noqa: BLE001 - report, go on
-                        print(f"{op:>14} {mode:>7} {impl} failed: {type(e).__name__}: {e}")
+            for mode, row in time_op(op, shape, dtype, device, fla, a.repeats).items():
+                for impl in [k for k in row if k.endswith("_error")]:
+                    print(f"{op:>14} {mode:>7} {impl[:-len('_error')]} failed: {row.pop(impl)}")
                 line = f"{op:>14} {mode:>7} " + " ".join(
                     f"{impl} {m:.3f} ({lo:.3f}-{hi:.3f})" for impl, (m, lo, hi) in row.items())
                 if "triton" in row and "chunk" in row:
@@ -231,8 +245,6 @@ def main(argv=None):
                     if mode == "fwd+bwd" and shape[3] in (64, 128):
                         line += f" ({'<= 1.5x: yes' if ratio <= 1.5 else '<= 1.5x: NO'}, goal 1.2x)"
                 print(line, flush=True)
-            del x, xf
-            torch.cuda.empty_cache()
     if skipped:
         print(f"\nTime budget ({a.budget:.0f} s) spent; not timed: " + ", ".join(skipped))
     return 0

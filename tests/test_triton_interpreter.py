@@ -92,6 +92,21 @@ def test_many_tiles_and_chunk_sizes():
     assert not _over(errs, TOL["fp32"]), _over(errs, TOL["fp32"])
 
 
+@pytest.mark.parametrize("op", ["delta", "gated_delta"])
+def test_delta_state_pass_split_into_v_tiles_of_16(op):
+    """The delta-rule state pass with V split into four tiles of 16 (what STATE_PROGRAMS_PER_SM
+    picks at a small batch on a 132-SM GPU) and in one tile of 64 (one SM): forward and every
+    gradient match the float64 loop in fp32 and bf16, and the two splits agree."""
+    out = _run("state_tiles", op)
+    assert out.pop("tiles") == {"132": [32, 16], "1": [32, 64]}
+    split = {n: e for n, e in out.items() if n.endswith("split")}
+    for dtype in ("fp32", "bf16"):
+        errs = {n: e for n, e in out.items() if f" {dtype} " in n and n not in split}
+        assert len(errs) == 2 * (2 + 5 + (op == "gated_delta")), errs     # two splits: o, S, a gradient per leaf
+        assert not _over(errs, TOL[dtype]), _over(errs, TOL[dtype])
+    assert not _over(split, 1e-5), split
+
+
 # ----------------------------------------------------------------------------- the script side
 
 
@@ -203,8 +218,9 @@ def group_strided():
 
 def group_dtype(name):
     import torch
-    from mlexp.ops import triton_common
+    from mlexp.ops import triton_common, triton_delta
     triton_common.SMS_ELSEWHERE = 1              # widest state tiles (the other groups get the narrow ones)
+    triton_delta.STATE_PROGRAMS_PER_SM = 1
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
     errs, ok = {}, True
     for op in OPS:
@@ -315,6 +331,24 @@ def group_shapes():
     x = _inputs("linear", 1, 2, 45, 16, 24)
     x["q"], x["k"] = x["q"].exp(), x["k"].exp()                    # positive features: q . z > 0
     _compare("linear", x, lambda L: L, "normalize", errs, C=16, normalize=True)
+    return errs
+
+
+def group_state_tiles(op):
+    import torch
+    from mlexp.ops import triton_common, triton_delta
+    errs, tiles = {}, {}
+    for dtype, name in ((None, "fp32"), (torch.bfloat16, "bf16")):
+        x = _inputs(op, 2, 2, 100, 32, 64, dtype=dtype)
+        o = {}
+        for sms in (132, 1):
+            triton_common.SMS_ELSEWHERE = sms
+            tiles[str(sms)] = list(triton_delta._state_tiles(32, 64, torch.float32, 4, torch.device("cpu")))
+            o[sms] = _compare(op, x, lambda L: L, f"{name} sms={sms}", errs, C=32)["triton"]
+        if name == "fp32":
+            errs[f"{op} o split"] = _rel(o[132][0], o[1][0])
+            errs[f"{op} S split"] = _rel(o[132][1], o[1][1])
+    errs["tiles"] = tiles
     return errs
 
 

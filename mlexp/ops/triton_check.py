@@ -130,7 +130,7 @@ def compile_launch(launch, arch):
                 constexprs={k: v for k, v in launch["constexprs"].items()})
 
 
-HEADS = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # B*H: the state tiles narrow when the grid is small
+HEADS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)   # B*H: the state tiles narrow when the grid is small
 
 
 def compile_op(op, arch, head_dim, dtype=torch.bfloat16, C=64, Dv=None, only=None, heads=HEADS):

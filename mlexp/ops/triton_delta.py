@@ -326,19 +326,39 @@ def wy_bwd_da_kernel(k, beta, b_hi, b_lo, x, dx, dbeta1, db1, dk_in, dg_in, dk, 
         tl.store(dg + i_bh * T + t, dgc.to(dg.dtype.element_ty), mask=t < T)
 
 
+# Programs per SM the delta-rule state pass aims at. It is the one sequential pass (a chain of
+# dependent dots per chunk), so one or two programs per SM leave it latency-bound: at (8, 16, 2048,
+# 64) one program per SM gave V tiles of 32, 256 programs on an H200's 132 SMs, and a forward 2.87x
+# fla's. fla's chunk_gated_delta_rule state pass (chunk_gated_delta_rule_fwd_h) splits V into
+# tiles of 32 or 64 by autotuning, with 2 or 4 warps; here V tiles of 16 where the batch allows.
+STATE_PROGRAMS_PER_SM = 4
+STATE_SMALL_WARPS = 4      # warps of a state kernel whose (Dk, BV) state is at most 2048 values (None: config's)
+
+
 def _state_tiles(Dk, Dv, dtype, heads, device):
     """(BK, BV) of the delta-rule state kernels: slices of BK <= 64 rows, at most four (Dk <= 256);
     BV so that the whole (Dk, BV) fp32 state stays near 64 x 64 values (32 x 64 where tiles are
-    narrow: fp32 operands, or before sm_80),
-    halved down to 16 while the grid (V tiles x heads) would leave SMs idle."""
+    narrow: fp32 operands, or before sm_80), halved down to 16 while the grid (V tiles x heads)
+    has fewer than STATE_PROGRAMS_PER_SM programs per SM."""
     if Dk > MAX_STATE_DK:
         raise ValueError(f"impl='triton' holds all Dk rows of a delta-rule state in one program, as at most "
                          f"four 64-row slices, so Dk <= {MAX_STATE_DK}; got {Dk}. Use impl='chunk'.")
     budget = 2048 if _narrow(dtype, device) else 4096
     BV = min(block(Dv), max(16, budget // block(Dk, cap=MAX_STATE_DK)))
-    while BV > 16 and triton.cdiv(Dv, BV) * heads < sm_count(device):
+    while BV > 16 and triton.cdiv(Dv, BV) * heads < STATE_PROGRAMS_PER_SM * sm_count(device):
         BV //= 2
     return block(Dk), BV
+
+
+def _state_config(Dk, BV, dtype, device):
+    """num_warps and num_stages of the delta-rule state kernels: config("delta_state"), with
+    STATE_SMALL_WARPS (4) warps instead of 8 where the (Dk, BV) state is at most 2048 values (16
+    per thread), as fla runs its state pass with 2 or 4: the per-chunk dots are (C, Dk) x (Dk, BV),
+    small for 8 warps."""
+    cfg = config("delta_state", dtype, device)
+    if STATE_SMALL_WARPS is not None and block(Dk, cap=MAX_STATE_DK) * BV <= 2048:
+        cfg["num_warps"] = min(cfg["num_warps"], STATE_SMALL_WARPS)
+    return cfg
 
 
 def _wy(k, v, beta, b_hi, b_lo, x, C, gated, solve):
@@ -362,7 +382,7 @@ def _delta_states(k, w, u, b_hi, b_lo, S0, C, gated, final):
     vn = torch.empty_like(u)
     S = torch.empty(B, H, Dk, Dv, dtype=torch.float32, device=k.device) if final else h
     launch(delta_state_fwd_kernel, (triton.cdiv(Dv, BV), B * H), k, w, u, b_hi, b_lo, S0, h, vn, S, T,
-           **config("delta_state", k.dtype, k.device), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATED=gated, STORE_FINAL=final,
+           **_state_config(Dk, BV, k.dtype, k.device), DK=Dk, DV=Dv, C=C, BK=BK, BV=BV, GATED=gated, STORE_FINAL=final,
            PREC=precision(k.dtype))
     return h, vn, (S if final else None)
 
@@ -416,7 +436,7 @@ class _DeltaRuleTriton(torch.autograd.Function):
         SK, SV = _state_tiles(Dk, Dv, q.dtype, B * H, q.device)
         dh, dvn, dS0 = torch.empty_like(h), torch.empty(B, H, T, Dv, **f32), torch.empty_like(S0)
         launch(delta_state_bwd_kernel, (triton.cdiv(Dv, SV), B * H), q, k, w, b_hi, b_lo, do, dvl, dS, dh, dvn, dS0,
-               T, **config("delta_state", q.dtype, q.device), DK=Dk, DV=Dv, C=C, BK=SK, BV=SV, GATED=gated, PREC=prec)
+               T, **_state_config(Dk, SV, q.dtype, q.device), DK=Dk, DV=Dv, C=C, BK=SK, BV=SV, GATED=gated, PREC=prec)
         QK, QV = dqk_tiles(Dk, Dv, q.dtype, q.device)
         NK = triton.cdiv(Dk, QK)
         dq, dk_in, dw = torch.empty_like(q), torch.empty(q.shape, **f32), torch.empty(q.shape, **f32)
