@@ -18,7 +18,8 @@ Conventions shared by linear_attention, gated_linear_attention, delta_rule and g
   final state is float32 (float64 for float64 inputs); the output has the input dtype.
 - impl=None picks "triton" for CUDA tensors and "chunk" otherwise, except float64, which always
   goes to "chunk" (the Triton kernels compute in float32); impl="triton" with float64 raises.
-- Edges: B, H or T = 0 gives an empty output and the initial state as the final state; a NaN or
+- Edges: B, H or T = 0 gives an empty output and a copy of the initial state (a new tensor,
+  never the caller's object) as the final state; a NaN or
   infinite input spoils no output before its token (see _common.finite_guard).
 
 Example (a hard reset at token 1, then two halvings):
