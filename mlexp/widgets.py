@@ -111,8 +111,9 @@ class CacheCalculator:
 
     ``controls`` maps each ``cache_report`` argument to its widget; ``report`` is the latest
     result of ``cache_report`` (or ``{"error": message}`` should a setting be impossible).
-    Setting any control's ``.value`` recomputes both at once. The offset slider only reaches
-    period - 1: lowering the period pulls a larger offset down to period - 1 first.
+    Setting any control's ``.value`` recomputes both at once, with one redraw. The offset slider
+    only reaches period - 1: lowering the period pulls a larger offset down to period - 1 first,
+    within the same redraw.
     """
 
     def __init__(self, show_plot: bool = True, **defaults):
@@ -135,6 +136,7 @@ class CacheCalculator:
         }
         period, offset = self.controls["attn_period"], self.controls["attn_offset"]
         offset.max = period.value - 1                      # clamps a starting offset >= period
+        self._clamping = False                             # True while a period change pulls the offset down
         period.observe(self._limit_offset, names="value")  # registered first: runs before the redraw
         self.output = w.Output()
         names = list(self.controls)
@@ -147,8 +149,16 @@ class CacheCalculator:
         self.update()
 
     def _limit_offset(self, change) -> None:
-        """Keep the offset slider inside [0, period - 1] (ipywidgets pulls its value down)."""
-        self.controls["attn_offset"].max = change["new"] - 1
+        """Keep the offset slider inside [0, period - 1] (ipywidgets pulls its value down).
+
+        The offset change this causes redraws nothing: the period's own redraw, which comes right
+        after, shows both new values, so one change of the period gives one redraw.
+        """
+        self._clamping = True
+        try:
+            self.controls["attn_offset"].max = change["new"] - 1
+        finally:
+            self._clamping = False
 
     def values(self) -> dict:
         """Current control values as keyword arguments of ``cache_report``."""
@@ -157,8 +167,15 @@ class CacheCalculator:
         return args
 
     def update(self, change=None) -> dict:
-        """Recompute the report from the controls and redraw the output; returns the report."""
+        """Recompute the report from the controls and redraw the output; returns the report.
+
+        Called by every control's observer; an offset change made by a period change
+        (``_limit_offset``) is left to the period's own call, so each change redraws once.
+        """
         from IPython.display import clear_output
+
+        if self._clamping:
+            return self.report
 
         try:
             self.report = cache_report(**self.values())

@@ -84,11 +84,15 @@ SETUP_TEMPLATE = """# Setup, the same in every lesson: make the course library `
 # 3. on Colab: install the course file from your instructor (mlexp-....whl, uploaded to /content
 #    or your Drive), or else the course from GitHub; both with --no-deps, keeping Colab's own
 #    torch, numpy, matplotlib and ipywidgets; only small dependencies that are missing are added.
+#    A course file uploaded later (a corrected one) replaces an installed mlexp whose code differs
+#    from it, unless the file's version is lower than the installed one's.
+import importlib.metadata
 import importlib.util
 import re
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 COURSE_REPO = "{repo}"   # the course on GitHub (set by `python -m autograder build --repo`)
@@ -96,9 +100,39 @@ COURSE_FILE = "{course_file}"   # made by `python -m autograder build --colab`
 SMALL_DEPS = {small_deps!r}   # import name -> requirement, installed only when missing
 COLAB = Path("/content")   # Colab's folder; a mounted Drive is COLAB / "drive" / "MyDrive"
 
+
+def _version_key(version):
+    return tuple(int(n) for n in re.findall(r"\\d+", version))
+
+
+def _replaces_installed(course_file, package):
+    \"\"\"Whether the course file should replace the installed mlexp (its folder ``package``): some
+    module of the file differs from the installed copy, and the file's version is not lower.\"\"\"
+    try:
+        installed = importlib.metadata.version("mlexp")
+    except importlib.metadata.PackageNotFoundError:
+        return False   # mlexp comes from a folder on sys.path, not from an installation
+    version = course_file.stem.split("-")[1] if course_file.stem.count("-") >= 2 else ""
+    try:
+        with zipfile.ZipFile(course_file) as whl:
+            differs = any(not (package.parent / n).is_file() or (package.parent / n).read_bytes() != whl.read(n)
+                          for n in whl.namelist() if n.startswith("mlexp/") and not n.endswith("/"))
+    except (OSError, zipfile.BadZipFile):
+        differs = True   # pip says what is wrong with the file
+    if differs and _version_key(version) < _version_key(installed):
+        print(f"Note: {{course_file}} holds mlexp {{version}}, older than the installed {{installed}}; "
+              "it is not installed. Delete it, or upload the newer course file, and run this cell again.")
+        return False
+    return differs
+
+
 try:
     import mlexp
 except ImportError:
+    mlexp = None
+_colab = "google.colab" in sys.modules
+_replace = False   # on Colab: an installed mlexp that a newer course file replaces
+if mlexp is None or _colab:
     _places = [Path.cwd(), *Path.cwd().parents]
     for _base in [Path.cwd(), COLAB, COLAB / "drive" / "MyDrive", COLAB / "drive" / "MyDrive" / "Colab Notebooks"]:
         if _base.is_dir():   # the folder itself and the folders right inside it
@@ -106,7 +140,9 @@ except ImportError:
     _places = list(dict.fromkeys(_places))
     _root = next((p for p in _places if (p / "mlexp" / "__init__.py").is_file()), None)
     _files = sorted({{f for p in _places for f in p.glob(COURSE_FILE)}}, key=lambda f: f.stat().st_mtime)
-    _colab = "google.colab" in sys.modules
+    _replace = (mlexp is not None and _colab and _root is None and bool(_files)
+                and _replaces_installed(_files[-1], Path(mlexp.__file__).parent))
+if mlexp is None or _replace:
     if _root is not None:
         sys.path.insert(0, str(_root))
     elif _colab and (_files or COURSE_REPO != "{placeholder}"):
@@ -121,12 +157,19 @@ except ImportError:
         try:
             if _missing:
                 subprocess.run(_pip + _missing, check=True)
+            if _replace:   # pip keeps an installed mlexp of the same version: take it out first
+                subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes", "mlexp"], check=True)
             subprocess.run(_pip + ["--no-deps", str(_course)], check=True)
         except subprocess.CalledProcessError as exc:
             raise RuntimeError(f"Installing the course from {{_from}} failed ({{exc}}). Check that the "
                                "notebook has internet access (Colab: Runtime > Disconnect and delete "
                                "runtime, then run again).") from None
         importlib.invalidate_caches()
+        if _replace:   # forget the old modules, so that the import below reads the new ones
+            for _name in [n for n in sys.modules if n == "mlexp" or n.startswith("mlexp.")]:
+                del sys.modules[_name]
+            print(f"Installed the course file {{_from}} over the older mlexp. If you ran cells of this "
+                  "lesson before this one, run them again (or Runtime > Restart session, then Run all).")
     elif _colab:
         raise RuntimeError(
             "This lesson needs the course library `mlexp`, and Colab has no copy of it yet (the course is "

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -63,6 +64,9 @@ def test_setup_cell_follows_the_rules(kind, lesson_id):
     # The course is installed with --no-deps, in the same call as the repository URL.
     calls = [ln for ln in cell.source.splitlines() if "subprocess.run(_pip" in ln]
     assert len(calls) == 2 and "_missing" in calls[0] and "--no-deps" in calls[1], calls
+    # The only other pip call takes out an installed mlexp that a corrected course file replaces.
+    others = [ln for ln in cell.source.splitlines() if '"pip"' in ln and "_pip = " not in ln]
+    assert others == [ln for ln in others if '"uninstall", "--quiet", "--yes", "mlexp"]' in ln] and len(others) == 1
     assert 'f"mlexp @ git+https://github.com/{COURSE_REPO}@' in cell.source
     small = ast.literal_eval(re.search(r"^SMALL_DEPS = (\{.*?\})", cell.source, re.M).group(1))
     assert small and not [r for r in small.values() if KEEP_RE.search(r)], small
@@ -98,6 +102,11 @@ args = sys.argv[1:]
 with open(os.environ["SIM_PIP_LOG"], "a") as f:
     f.write(json.dumps(args) + "\\n")
 site, repo, venv_site = (Path(os.environ[k]) for k in ("SIM_SITE", "SIM_REPO", "SIM_VENV_SITE"))
+if args[0] == "uninstall":
+    assert [a for a in args[1:] if not a.startswith("-")] == ["mlexp"], args
+    for entry in [site / "mlexp", *site.glob("mlexp-*.dist-info")]:
+        shutil.rmtree(entry)
+    sys.exit(0)
 for req in [a for a in args[1:] if not a.startswith("-")]:
     if req.startswith("mlexp @ git+https://github.com/"):   # the published student edition
         assert not (repo / "autograder").exists(), "the public repository holds the grader"
@@ -106,6 +115,9 @@ for req in [a for a in args[1:] if not a.startswith("-")]:
         name = Path(req).name            # pip refuses a wheel whose name is not name-version-tags.whl
         if name.count("-") != 4 or " " in name:
             sys.exit(f"stub pip: {name} is not a valid wheel filename")
+        if (site / f"mlexp-{name.split('-')[1]}.dist-info").is_dir():   # what pip does, without --force-reinstall
+            print("mlexp is already installed with the same version as the provided wheel.")
+            continue
         zipfile.ZipFile(req).extractall(site)
     elif req.split(">")[0].split("=")[0] == "tqdm":
         shutil.copytree(venv_site / "tqdm", site / "tqdm")
@@ -118,11 +130,14 @@ import importlib.util, json, os, sys
 if os.environ["SIM_COLAB"] == "1":
     import google.colab  # Colab imports it at kernel start
 report = {"mlexp_before": importlib.util.find_spec("mlexp") is not None}
+if os.environ.get("SIM_PREIMPORT") == "1":
+    import mlexp.kvcache  # an earlier cell (or run of the setup cell) imported it
 ns = {"__name__": "__main__"}
 try:
     exec(compile(open(sys.argv[1]).read(), "setup-cell", "exec"), ns)
     import mlexp, mlexp.kvcache
     report["mlexp_file"] = mlexp.__file__
+    report["old_code"] = hasattr(mlexp.kvcache, "SIM_OLD")
     if os.environ.get("SIM_IMPORT_TORCH") == "1":
         import torch, numpy, matplotlib, tqdm
         report["kept"] = {m.__name__: m.__file__ for m in (torch, numpy, matplotlib, tqdm)}
@@ -138,12 +153,13 @@ def _venv_site() -> Path:
 
 
 def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import_torch=False,
-              repo: Path = REPO) -> tuple:
+              repo: Path = REPO, preimport=False) -> tuple:
     """Run ``source`` as the setup cell in a simulated kernel; returns (report, pip calls).
 
     Colab's folder /content is ``tmp_path/content`` (the cell's COLAB line is rewritten) and the
     kernel starts there, as on Colab, unless ``cwd`` says otherwise. ``repo``: what an install
-    from GitHub gets (the student edition that `publish` wrote).
+    from GitHub gets (the student edition that `publish` wrote). ``preimport``: the kernel has
+    imported mlexp before the cell runs. The report's "stdout" is what the cell printed.
     """
     colab_stub, pip_stub, site, visible, content = (
         tmp_path / n for n in ("colab-stub", "pip-stub", "site", "venv-site", "content"))
@@ -156,8 +172,8 @@ def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import
     venv_site = _venv_site()
     hidden = ("mlexp", "autograder", "__editable__", "_distutils_hack", *hide)
     for entry in venv_site.iterdir():
-        if not entry.name.startswith(hidden) and entry.suffix != ".pth":
-            (visible / entry.name).symlink_to(entry)
+        if not entry.name.startswith(hidden) and entry.suffix != ".pth" and not (visible / entry.name).is_symlink():
+            (visible / entry.name).symlink_to(entry)                 # (a second run in tmp_path has them)
     assert source.count(COLAB_LINE) == 1, "the setup cell no longer names Colab's folder in one line"
     (tmp_path / "cell.py").write_text(source.replace(COLAB_LINE, f"COLAB = Path({str(content)!r})"))
     (tmp_path / "runner.py").write_text(RUNNER)
@@ -167,6 +183,7 @@ def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import
     env.update(PYTHONPATH=os.pathsep.join(map(str, path)),
                SIM_PIP_LOG=str(log), SIM_SITE=str(site), SIM_REPO=str(repo), SIM_VENV_SITE=str(venv_site),
                SIM_COLAB="1" if colab else "0", SIM_IMPORT_TORCH="1" if import_torch else "0",
+               SIM_PREIMPORT="1" if preimport else "0",
                PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run([sys.executable, "-S", str(tmp_path / "runner.py"), str(tmp_path / "cell.py")],
                           cwd=cwd or content, env=env,
@@ -174,7 +191,9 @@ def _simulate(tmp_path: Path, source: str, colab=True, hide=(), cwd=None, import
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert lines, f"the simulated kernel crashed:\n{proc.stdout}\n{proc.stderr}"
     calls = [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
-    return json.loads(lines[-1][len("REPORT "):]), calls
+    report = json.loads(lines[-1][len("REPORT "):])
+    report["stdout"] = "\n".join(ln for ln in proc.stdout.splitlines() if not ln.startswith("REPORT "))
+    return report, calls
 
 
 def _lesson_cell(lesson_id: str) -> str:
@@ -214,9 +233,12 @@ def course_file(tmp_path_factory):
     return wheel
 
 
+UNINSTALL_MLEXP = ["uninstall", "--quiet", "--yes", "mlexp"]   # the one uninstall the cell may ask for
+
+
 def _assert_nothing_kept_was_installed(calls):
     for args in calls:
-        assert args[0] == "install", args
+        assert args[0] == "install" or args == UNINSTALL_MLEXP, args
         assert not [a for a in args if KEEP_RE.search(Path(a).name)], f"pip was asked to install a package Colab keeps: {args}"
         assert not {"-U", "--upgrade", "--force-reinstall"} & set(args), args
 
@@ -264,6 +286,59 @@ def test_course_file_in_drive_uploaded_twice(tmp_path, where, course_file):
     _assert_imported_from(report, tmp_path / "site")
     [call] = calls
     assert Path(call[-1]).name == course_file.name, call     # pip gets the name it accepts
+
+
+def _install_older(site: Path, course_file: Path, version=None) -> None:
+    """An earlier install of the course file in ``site``, as pip lays it out, whose kvcache module
+    differs (marked SIM_OLD); ``version`` overrides the version its metadata gives."""
+    zipfile.ZipFile(course_file).extractall(site)
+    module = site / "mlexp" / "kvcache.py"
+    module.write_text(module.read_text() + "\nSIM_OLD = True\n")
+    if version is not None:
+        [info] = site.glob("mlexp-*.dist-info")
+        meta = info / "METADATA"
+        meta.write_text(re.sub(r"^Version: .*$", f"Version: {version}", meta.read_text(), flags=re.M))
+        info.rename(site / f"mlexp-{version}.dist-info")
+
+
+@pytest.mark.parametrize("preimport", [False, True], ids=["fresh-kernel", "imported-before"])
+@pytest.mark.parametrize("lesson_id", [LESSON_IDS[0], LESSON_IDS[-1]])
+def test_corrected_course_file_replaces_an_older_install(tmp_path, lesson_id, course_file, preimport):
+    """Issue 26 item 11: an older mlexp is installed (same version, other code) and the corrected
+    course file is uploaded beside the notebook: the cell installs it, and the lesson imports it."""
+    _install_older(tmp_path / "site", course_file)
+    (tmp_path / "content").mkdir()
+    shutil.copy(course_file, tmp_path / "content" / course_file.name)
+    report, calls = _simulate(tmp_path, _unpublished_cell(lesson_id), preimport=preimport)
+    assert report["mlexp_before"] is True and "error" not in report, report
+    assert report["old_code"] is False, "the lesson still imports the older mlexp"
+    _assert_nothing_kept_was_installed(calls)
+    assert calls[0] == UNINSTALL_MLEXP and len(calls) == 2, calls
+    assert calls[1][:3] == ["install", "--quiet", "--no-deps"] and Path(calls[1][3]).name == course_file.name
+    assert "Installed the course file" in report["stdout"] and course_file.name in report["stdout"]
+    # Run again in a new kernel: the installed copy is the file's now, so nothing is installed.
+    (tmp_path / "pip.jsonl").unlink()
+    report, calls = _simulate(tmp_path, _unpublished_cell(lesson_id))
+    assert calls == [] and report["old_code"] is False and report["stdout"] == "", (calls, report)
+
+
+def test_course_file_older_than_the_install_is_named_not_installed(tmp_path, course_file):
+    """A course file of a lower version than the installed mlexp (an old download) is not
+    installed over it; the cell says so and what to do."""
+    _install_older(tmp_path / "site", course_file, version="99.0.0")
+    (tmp_path / "content").mkdir()
+    shutil.copy(course_file, tmp_path / "content" / course_file.name)
+    report, calls = _simulate(tmp_path, _unpublished_cell("01_running_sum"))
+    assert calls == [] and "error" not in report and report["old_code"] is True, (calls, report)
+    assert "older than the installed 99.0.0" in report["stdout"] and "run this cell again" in report["stdout"]
+
+
+def test_installed_mlexp_is_left_alone_outside_colab(tmp_path, course_file):
+    _install_older(tmp_path / "site", course_file)
+    (tmp_path / "content").mkdir()
+    shutil.copy(course_file, tmp_path / "content" / course_file.name)
+    report, calls = _simulate(tmp_path, _lesson_cell("01_running_sum"), colab=False)
+    assert calls == [] and report["old_code"] is True and report["stdout"] == "", (calls, report)
 
 
 @pytest.mark.parametrize("lesson_id", [LESSON_IDS[0], LESSON_IDS[-1]])

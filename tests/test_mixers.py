@@ -40,6 +40,39 @@ def test_backward_reaches_every_parameter(name):
         assert p.grad.abs().sum() > 0, pname
 
 
+def _rel_err(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+AUTOCAST_MAKERS = {**MAKERS,
+                   "softmax": lambda **kw: mixers.SoftmaxAttention(32, 4),
+                   "conv": lambda **kw: mixers.CausalConv(32, 4),
+                   "lstm": lambda **kw: mixers.LSTMMixer(32)}
+
+
+@pytest.mark.parametrize("impl", [None, "recurrent", "chunk"])
+@pytest.mark.parametrize("name", AUTOCAST_MAKERS)
+def test_mixer_runs_under_cpu_autocast(name, impl):
+    """Under torch.autocast("cpu", bfloat16) forward and backward run, close to the float32 result."""
+    if impl is not None and name in ("softmax", "conv", "lstm"):
+        pytest.skip("no impl to choose")
+    torch.manual_seed(0)
+    mixer = AUTOCAST_MAKERS[name](impl=impl, chunk_size=16)
+    x = torch.randn(2, 40, 32)                                  # 40: two full chunks and a ragged one
+    ref = mixer(x)
+    ref.pow(2).mean().backward()
+    ref_grads = {n: p.grad.clone() for n, p in mixer.named_parameters()}
+    mixer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = mixer(x)
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    assert _rel_err(y, ref) < 3e-2, _rel_err(y, ref)           # bf16 has 8 bits of mantissa (eps 2^-8 = 4e-3)
+    y.float().pow(2).mean().backward()
+    for pname, p in mixer.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+        assert _rel_err(p.grad, ref_grads[pname]) < 1e-1, (pname, _rel_err(p.grad, ref_grads[pname]))
+
+
 @pytest.mark.parametrize("name", MAKERS)
 def test_recurrent_and_chunk_give_the_same_mixer_output(name):
     torch.manual_seed(0)

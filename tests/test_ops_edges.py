@@ -194,6 +194,33 @@ def test_empty_normalised_linear_attention_passes_s_and_z_through():
         assert torch.equal(S, S0) and torch.equal(z, z0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name", OPS)
+def test_empty_input_returns_a_new_state(name, dtype, monkeypatch):
+    """At T = 0 the final state is a copy: writing into it leaves the caller's initial_state alone."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    q, k, v, beta, g = _family(2, 3, 0, 4, 3, dtype=dtype)
+    impls = ("recurrent",) + PATHS[name] + (("triton",) if _common.triton_available() and dtype != torch.float64 else ())
+    for impl in impls:
+        S0 = torch.randn(2, 3, 4, 3, dtype=dtype)
+        before = S0.clone()
+        _, S = OPS[name](impl, q, k, v, beta, g, initial_state=S0)
+        assert S is not S0 and S.data_ptr() != S0.data_ptr(), impl
+        S.add_(1.0)
+        assert torch.equal(S0, before), f"{name} {impl}: writing into the returned state changed initial_state"
+
+
+def test_empty_normalised_linear_attention_returns_new_s_and_z():
+    q, k, v, _, _ = _family(2, 2, 0, 4, 3, dtype=torch.float32)
+    for impl in ("recurrent", "parallel", "chunk"):
+        S0, z0 = torch.rand(2, 2, 4, 3), torch.rand(2, 2, 4)
+        before = S0.clone(), z0.clone()
+        _, (S, z) = linear_attention(q, k, v, normalize=True, initial_state=(S0, z0), impl=impl)
+        assert S is not S0 and z is not z0, impl
+        S.zero_(), z.zero_()
+        assert torch.equal(S0, before[0]) and torch.equal(z0, before[1]), impl
+
+
 MIXERS = {
     "LinearAttention": lambda: mixers.LinearAttention(8, 2),
     "DecayFixed": lambda: mixers.DecayLinearAttention(8, 2, decay="fixed"),
@@ -216,6 +243,33 @@ def test_mixers_empty_in_empty_out(make, shape):
     assert y.shape == shape and y.dtype == x.dtype
     y.sum().backward()                                          # and the backward runs
     assert x.grad.shape == shape
+
+
+# ----------------------------------------------------------------------------- autocast
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32_in", "bf16_in"])
+@pytest.mark.parametrize("name", OPS)
+def test_every_op_runs_under_cpu_autocast(name, dtype):
+    """Under torch.autocast("cpu", bfloat16) every CPU path (and the default) runs forward and
+    backward, gives the input dtype, and matches the float32 result to bf16 accuracy."""
+    q, k, v, beta, g = _family(2, 2, 21, 8, 4, seed=3, dtype=torch.float32)   # ragged last chunk of 8
+    inputs = [x.to(dtype) for x in (q, k, v, beta, g)]
+    S0 = torch.randn(2, 2, 8, 4, generator=_gen(4))
+    kw = dict(normalize_qk=True) if "delta" in name else {}   # bf16-rounded keys are unit only to 1e-2
+    ref_o, ref_S = OPS[name]("recurrent", *(x.float() for x in inputs), initial_state=S0, **kw)   # fp32, no autocast
+    # bf16 tolerance: the output is rounded to the input dtype (2^-8 relative), and so are the
+    # keys normalize_qk makes from bf16 inputs (which the state then holds).
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    for impl in (None, "recurrent") + PATHS[name]:
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            o, S = OPS[name](impl, *leaves, initial_state=S0, chunk_size=8, **kw)
+        assert o.dtype == dtype and S.dtype == torch.float32, impl
+        torch.testing.assert_close(o.float(), ref_o, **tol, msg=f"{name} {impl}")
+        torch.testing.assert_close(S, ref_S, **tol, msg=f"{name} {impl}")
+        (o.float().sum() + S.sum()).backward()
+        assert all(x.grad is None or torch.isfinite(x.grad).all() for x in leaves), impl
 
 
 # ----------------------------------------------------------------------------- the dtype rule

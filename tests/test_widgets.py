@@ -77,6 +77,26 @@ def test_calculator_builds_headless_and_updates_on_slider_change():
     assert calc.report["attention_layers"] == list(range(1, 32, 4))
 
 
+def test_one_redraw_per_change(monkeypatch):
+    """Issue 26 item 10: a period change that also pulls the offset down redraws once, not twice."""
+    pytest.importorskip("ipywidgets")
+    import IPython.display
+
+    calc = cache_calculator(show_plot=False)                    # period 8, offset 4
+    redraws = []
+    real = IPython.display.clear_output
+    monkeypatch.setattr(IPython.display, "clear_output", lambda *a, **kw: (redraws.append(1), real(*a, **kw)))
+    calc.controls["attn_period"].value = 3                      # moves the offset 4 -> 2 as well
+    assert calc.controls["attn_offset"].value == 2 and len(redraws) == 1, len(redraws)
+    assert calc.report["attention_layers"] == list(range(2, 32, 3))   # the one redraw shows both
+    assert f"attention layers: {len(range(2, 32, 3))} " in calc.summary()
+    for control, value in (("attn_period", 5), ("attn_offset", 4), ("n_kv_heads", 4), ("attn_period", 2)):
+        redraws.clear()
+        calc.controls[control].value = value
+        assert len(redraws) == 1, (control, value, len(redraws))
+    assert calc.controls["attn_offset"].value == 1 and calc.report["attention_layers"] == list(range(1, 32, 2))
+
+
 def test_every_slider_position_gives_a_sensible_report():
     """Issue 14 item 16: period 1 with the offset at 4, a model without attention or without
     recurrent layers: always a report, never '0 tokens' or '1.0x more'."""

@@ -15,10 +15,13 @@ Conventions shared by linear_attention, gated_linear_attention, delta_rule and g
 - scale multiplies q; the default None means 1 (the equations as written). fla's ops default to
   Dk ** -0.5: pass scale=Dk ** -0.5 to match them.
 - dtypes: float16/bfloat16/float32 inputs are computed in float32, float64 in float64; the
-  final state is float32 (float64 for float64 inputs); the output has the input dtype.
+  final state is float32 (float64 for float64 inputs); the output has the input dtype. The same
+  holds under torch.autocast: each op runs with autocast off inside (_common.autocast_off), so a
+  model under autocast passes its bf16 q, k, v and gets a bf16 output computed in float32.
 - impl=None picks "triton" for CUDA tensors and "chunk" otherwise, except float64, which always
   goes to "chunk" (the Triton kernels compute in float32); impl="triton" with float64 raises.
-- Edges: B, H or T = 0 gives an empty output and the initial state as the final state; a NaN or
+- Edges: B, H or T = 0 gives an empty output and a copy of the initial state (a new tensor,
+  never the caller's object) as the final state; a NaN or
   infinite input spoils no output before its token (see _common.finite_guard).
 
 Example (a hard reset at token 1, then two halvings):

@@ -1,4 +1,5 @@
 """Shared pieces of mlexp.ops: input checks, the dtype rule, dispatch, log-decay sums and the non-finite guard."""
+import contextlib
 import importlib.util
 import math
 import os
@@ -13,6 +14,7 @@ __all__ = [
     "check_values",
     "check_chunk_size",
     "compute_dtype",
+    "autocast_off",
     "resolve_impl",
     "triton_available",
     "decay_into",
@@ -20,6 +22,7 @@ __all__ = [
     "decay_pairs",
     "finite_guard",
     "empty_output",
+    "fresh_state",
     "SPAN",
     "mild_decay",
     "scan_states",
@@ -121,6 +124,22 @@ def compute_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def autocast_off(device):
+    """A context in which autocast is off on ``device`` (a torch.device); every op runs inside it.
+
+    The ops keep their own dtype rule (compute_dtype: 16-bit inputs accumulate in float32) and
+    return the output in the inputs' dtype. Under ``torch.autocast`` the matmuls would otherwise
+    come back in bfloat16/float16, where the rule needs float32: the in-place accumulation of
+    matmul_add refuses that ("Bad in-place call"), and the triangular solve of the delta rule has
+    no bfloat16 kernel on CPU. With autocast off inside, a model run under autocast gets the same
+    op results as without it (its bf16 q, k, v give a bf16 output). Devices autocast does not
+    know get a context that does nothing.
+    """
+    if device.type not in ("cpu", "cuda"):
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, enabled=False)
+
+
 def triton_available():
     """True when the triton package can be imported (it is not imported here)."""
     return importlib.util.find_spec("triton") is not None
@@ -162,8 +181,8 @@ def resolve_impl(impl, device, dtype, choices=IMPLS):
 def empty_output(v, *others):
     """The output of an op on B = 0, H = 0 or T = 0: an empty (B, H, T, Dv) tensor in v's dtype.
 
-    Every op returns it before dispatch (so the Triton path never sees an empty launch), with the
-    initial state as the final state. It is v * 0 plus 0 * the sum of the other inputs, so
+    Every op returns it before dispatch (so the Triton path never sees an empty launch), with a
+    copy of the initial state as the final state (see fresh_state). It is v * 0 plus 0 * the sum of the other inputs, so
     autograd gives every input a (zero, empty) gradient, as it would for any other shape.
     """
     o = v * 0
@@ -171,6 +190,14 @@ def empty_output(v, *others):
         if x is not None:
             o = o + 0 * x.sum()
     return o
+
+
+def fresh_state(state):
+    """A new tensor equal to ``state`` (any shape and dtype), or None for None: the final state of an
+    op on an empty input. The op never hands back the caller's ``initial_state`` object itself,
+    so writing into the returned state (``S += ...``, ``S.zero_()``) leaves the caller's tensor
+    as it was, on every T, as for T > 0. The copy is differentiable (``clone``)."""
+    return None if state is None else state.clone()
 
 
 # ----------------------------------------------------------------------------- log-decay sums

@@ -2,9 +2,9 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import (check_chunk_size, check_log_decay, check_qkv, check_state, check_values,
-                      compute_dtype, decay_after, decay_pairs, empty_output, finite_guard, matmul_add,
-                      mild_decay, resolve_impl)
+from ._common import (autocast_off, check_chunk_size, check_log_decay, check_qkv, check_state, check_values,
+                      compute_dtype, decay_after, decay_pairs, empty_output, finite_guard, fresh_state,
+                      matmul_add, mild_decay, resolve_impl)
 
 __all__ = ["delta_rule", "gated_delta_rule", "KEY_NORM_TOL"]
 
@@ -44,7 +44,8 @@ def delta_rule(q, k, v, beta, *, initial_state=None, impl=None, chunk_size=64, s
 
     Returns:
         o: (B, H, T, Dv) in v's dtype; S: (B, H, Dk, Dv) final state in the accumulation dtype:
-        float32 (float64 for float64 inputs). fp16/bf16 inputs are computed in float32.
+        float32 (float64 for float64 inputs), a new tensor (at T = 0 a copy of ``initial_state``).
+        fp16/bf16 inputs are computed in float32.
 
     Raises:
         ValueError: wrong shapes, dtypes or devices, keys not L2-normalised (an infinite key is
@@ -140,13 +141,20 @@ def _check_keys(k):
 
 
 def _run(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk):
-    """Check, normalise and scale the inputs, then call the chosen implementation."""
+    """Check, normalise and scale the inputs, then call the chosen implementation, with autocast off."""
     B, H, T, Dk, Dv = _check(q, k, v, beta, g, initial_state, chunk_size)
+    with autocast_off(q.device):                                 # the dtype rule holds under autocast too
+        return _dispatch(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk)
+
+
+def _dispatch(q, k, v, beta, g, initial_state, impl, chunk_size, scale, normalize_qk):
+    """_run after the checks: the empty case, normalisation, scale, then the chosen path."""
+    B, H, T, Dk, Dv = *q.shape, v.shape[-1]
     chosen = resolve_impl(impl, q.device, q.dtype, IMPLS)
     acc = compute_dtype(q.dtype)                                 # fp16/bf16/fp32 -> fp32, fp64 stays
-    if B * H * T == 0:                                           # empty in, empty out; the state passes through
+    if B * H * T == 0:                                           # empty in, empty out; a copy of the state
         S0 = q.new_zeros(B, H, Dk, Dv, dtype=acc) if initial_state is None else initial_state.to(acc)
-        return empty_output(v, q, k, beta, g), S0
+        return empty_output(v, q, k, beta, g), fresh_state(S0)
     if normalize_qk:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     else:

@@ -2,9 +2,9 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import (SPAN, check_chunk_size, check_log_decay, check_qkv, check_state, compute_dtype, decay_after,
-                      decay_into, decay_pairs, empty_output, finite_guard, matmul_add, mild_decay,
-                      resolve_impl, scan_states)
+from ._common import (SPAN, autocast_off, check_chunk_size, check_log_decay, check_qkv, check_state,
+                      compute_dtype, decay_after, decay_into, decay_pairs, empty_output, finite_guard,
+                      fresh_state, matmul_add, mild_decay, resolve_impl, scan_states)
 
 __all__ = ["gated_linear_attention"]
 
@@ -40,7 +40,7 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
 
     Returns:
         (o, S): o (B, H, T, Dv) in the input dtype; S (B, H, Dk, Dv) in float32 (float64 for
-        float64 inputs).
+        float64 inputs), a new tensor (at T = 0 a copy of ``initial_state``).
 
     Raises:
         ValueError: wrong shapes, dtypes or devices, a positive g, a bad ``impl`` or ``chunk_size``,
@@ -60,7 +60,14 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
         >>> [round(x, 4) for x in o.flatten().tolist()]
         [1.0, 1.5, 1.75]
     """
-    B, H, T, Dk, Dv = check_qkv(q, k, v)
+    check_qkv(q, k, v)
+    with autocast_off(q.device):                           # the dtype rule holds under autocast too
+        return _gated_linear_attention(q, k, v, g, initial_state, impl, chunk_size, scale)
+
+
+def _gated_linear_attention(q, k, v, g, initial_state, impl, chunk_size, scale):
+    """gated_linear_attention after the q, k, v check, with autocast off."""
+    B, H, T, Dk, Dv = *q.shape, v.shape[-1]
     per_channel = check_log_decay(g, q)
     check_chunk_size(chunk_size)
     impl = resolve_impl(impl, q.device, q.dtype)
@@ -70,8 +77,8 @@ def gated_linear_attention(q, k, v, g, *, initial_state=None, impl=None, chunk_s
     else:
         check_state(initial_state, (B, H, Dk, Dv), q.device)
         S0 = initial_state.to(acc)
-    if B * H * T == 0:                                     # empty in, empty out; the state passes through
-        return empty_output(v, q, k, g), S0
+    if B * H * T == 0:                                     # empty in, empty out; a copy of the state
+        return empty_output(v, q, k, g), fresh_state(S0)
     if scale is not None:
         q = q * scale
     if impl == "triton":

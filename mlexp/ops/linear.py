@@ -2,8 +2,8 @@
 import torch
 import torch.nn.functional as F
 
-from ._common import (check_chunk_size, check_qkv, check_state, compute_dtype, empty_output, finite_guard,
-                      matmul_add, resolve_impl, scan_states)
+from ._common import (autocast_off, check_chunk_size, check_qkv, check_state, compute_dtype, empty_output,
+                      finite_guard, fresh_state, matmul_add, resolve_impl, scan_states)
 
 __all__ = ["linear_attention"]
 
@@ -34,7 +34,8 @@ def linear_attention(q, k, v, *, normalize=False, initial_state=None, impl=None,
 
     Returns:
         (o, final_state): o of shape (B, H, T, Dv) in the input dtype; final_state S (B, H, Dk, Dv),
-        or (S, z) when ``normalize``, in float32 (float64 for float64 inputs).
+        or (S, z) when ``normalize``, in float32 (float64 for float64 inputs); always new tensors
+        (at T = 0 a copy of ``initial_state``), so writing into them never changes the caller's.
 
     Raises:
         ValueError: wrong shapes, dtypes or devices (messages say which argument), a bad
@@ -55,11 +56,19 @@ def linear_attention(q, k, v, *, normalize=False, initial_state=None, impl=None,
         ([[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [3.0, 4.0]])
     """
     B, H, T, Dk, Dv = check_qkv(q, k, v)
+    with autocast_off(q.device):                                # the dtype rule holds under autocast too
+        return _linear_attention(q, k, v, normalize, initial_state, impl, chunk_size, eps, scale)
+
+
+def _linear_attention(q, k, v, normalize, initial_state, impl, chunk_size, eps, scale):
+    """linear_attention after the q, k, v check, with autocast off."""
+    B, H, T, Dk, Dv = *q.shape, v.shape[-1]
     check_chunk_size(chunk_size)
     impl = resolve_impl(impl, q.device, q.dtype)
     acc = compute_dtype(q.dtype)
     S0, z0 = _initial_state(initial_state, normalize, (B, H, Dk, Dv), q, acc)
-    if B * H * T == 0:                                          # empty in, empty out; the state passes through
+    if B * H * T == 0:                                          # empty in, empty out; a copy of the state
+        S0, z0 = fresh_state(S0), fresh_state(z0)
         return empty_output(v, q, k), ((S0, z0) if normalize else S0)
     if scale is not None:
         q = q * scale
