@@ -332,7 +332,8 @@ def repair_notebook(nb, release, sources: dict) -> list:
             if flag in key.metadata:
                 cell.metadata[flag] = key.metadata[flag]
         if meta.get("locked") and not meta.get("solution") and cell.source != key.source:
-            if cell.source.strip() != sources.get(meta["grade_id"], key.source).strip():
+            if normal_text(cell.source) not in {normal_text(key.source), normal_text(
+                    sources.get(meta["grade_id"], key.source))}:
                 notes.append(f"{_kind(meta)} '{meta['grade_id']}' had been edited: restored")
             cell.source = key.source
     nb.cells = cells

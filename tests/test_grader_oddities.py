@@ -111,3 +111,43 @@ def test_an_honest_colab_notebook_still_repairs_by_similarity():
     notes = repair_notebook(nb, lesson, _sources(solution))
     assert _grade_ids(nb) == _grade_ids(lesson)
     assert not any("deleted" in n or "edited" in n for n in notes), notes
+
+
+# ---------------------------------------------------------------- 11: line endings
+def _crlf(nb):
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        cell.source = "\r\n".join(line + "  " for line in cell.source.split("\n"))
+    return nb
+
+
+@pytest.mark.parametrize("variant", ["crlf_sources", "crlf_file", "trailing_spaces", "cr_only"])
+def test_line_endings_and_trailing_whitespace_are_not_edits(variant):
+    lesson, solution = _l01()
+    nb = corpus._answer(lesson, corpus.solved_answers(solution))
+    if variant == "crlf_sources":
+        nb = _crlf(nb)
+    elif variant == "trailing_spaces":
+        for cell in nb.cells:
+            cell.source = "\n".join(ln + " \t" for ln in cell.source.split("\n")) + "\n\n"
+    elif variant == "cr_only":
+        for cell in nb.cells:
+            cell.source = cell.source.replace("\n", "\r")
+    data = nbformat.writes(nb).encode()
+    if variant == "crlf_file":
+        data = data.replace(b"\n", b"\r\n")
+    repaired, notes = read_notebook_text(data, 20 * 2**20)
+    notes += repair_notebook(repaired, lesson, _sources(solution))
+    assert not any("edited" in n for n in notes), notes
+    tests = [c for c in repaired.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert tests and all(c.source == k.source for c, k in zip(tests, (
+        k for k in lesson.cells if k.metadata.get("nbgrader", {}).get("grade"))))
+
+
+def test_a_real_edit_with_crlf_is_still_an_edit():
+    lesson, solution = _l01()
+    nb = _crlf(corpus._answer(lesson, corpus.solved_answers(solution)))
+    i = corpus._index(nb, "test_recurrent_form")
+    nb.cells[i].source = nb.cells[i].source.replace("assert", "pass  #", 1)
+    notes = repair_notebook(nb, lesson, _sources(solution))
+    assert any("'test_recurrent_form' had been edited: restored" in n for n in notes), notes
