@@ -21,15 +21,38 @@ class HideHiddenTests(ClearHiddenTests):
     lines from each cell's source. A traceback of such a cell quotes the failing line, which may
     be hidden, so its error output is cut to ``AssertionError: Hint: ...`` (the exception type
     and message). Cells without hidden tests keep their full output.
+
+    Only the grader's own test cells (graded, not solution cells: their source comes from the
+    gradebook) are searched; a student's cell is the student's text, shown as written, so the
+    marker words in it (a comment quoting them, a BEGIN without END) can neither break feedback
+    nor hide anything. A test cell's region without its END line is removed to the cell's end.
     """
 
     def preprocess_cell(self, cell, resources, cell_index):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade") or meta.get("solution"):
+            return cell, resources
         removed = self._remove_hidden_test_region(cell)
         if removed and cell.cell_type == "code":
             for output in cell.get("outputs", []):
                 if output.output_type == "error":
                     output.traceback = [f"{output.ename}: {output.evalue}", NOTE]
         return cell, resources
+
+
+    def _remove_hidden_test_region(self, cell) -> bool:
+        """Delete each line from a BEGIN marker to its END marker (or to the end), in place;
+        True when something was deleted. Never raises: a nested BEGIN stays hidden."""
+        kept, hidden, removed = [], False, False
+        for line in cell.source.split("\n"):
+            if self.begin_test_delimeter in line:
+                hidden = removed = True
+            elif self.end_test_delimeter in line:
+                hidden = False
+            elif not hidden:
+                kept.append(line)
+        cell.source = "\n".join(kept)
+        return removed
 
 
 class ExerciseFeedback(NbGraderPreprocessor):

@@ -7,7 +7,9 @@ what ``check`` prints (item 6). The corpus (tests/corpus/build_corpus.py) grades
 each; these tests hold each fix to its function so a regression fails in seconds.
 """
 import copy
+import html
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -151,3 +153,48 @@ def test_a_real_edit_with_crlf_is_still_an_edit():
     nb.cells[i].source = nb.cells[i].source.replace("assert", "pass  #", 1)
     notes = repair_notebook(nb, lesson, _sources(solution))
     assert any("'test_recurrent_form' had been edited: restored" in n for n in notes), notes
+
+
+# ---------------------------------------------------------------- 13: marker words in a student cell
+def _autograded_toy(answer_add: str):
+    """The toy lesson as nbgrader autograde leaves it: test cells restored (hidden tests
+    included), the student's answer in the ``add`` cell."""
+    from toy_course import toy_notebook
+    nb = toy_notebook()
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            meta["score"] = meta["points"]   # what GetGrades puts there
+        if meta.get("grade_id") == "add":
+            cell.source = answer_add
+        elif meta.get("solution"):
+            cell.source = cell.source.replace("### BEGIN SOLUTION\n", "").replace(
+                "    ### END SOLUTION", "")
+    return nb
+
+
+@pytest.mark.parametrize("comment", [
+    "# ### BEGIN HIDDEN TESTS  (a note to myself)",
+    "# BEGIN HIDDEN TESTS\n# BEGIN HIDDEN TESTS",
+    "# END HIDDEN TESTS\n# BEGIN HIDDEN TESTS"])
+def test_marker_words_in_a_student_cell_neither_break_nor_hide(comment):
+    """A student's cell that quotes nbgrader's markers (no END, two BEGINs, END first) renders
+    as written; the hidden test of the grader's own test cell is still removed."""
+    from test_lms_inputs import render
+    from toy_course import HIDDEN_MARK
+    answer = f"def add(a, b):\n    {comment.replace(chr(10), chr(10) + '    ')}\n    return a + b"
+    nb = _autograded_toy(answer)
+    nb.cells.append(nbformat.v4.new_markdown_cell(f"My notes: {comment}"))
+    page = html.unescape(re.sub(r"<[^>]*>", "", render(nb)))
+    assert HIDDEN_MARK not in page
+    assert "return a + b" in page and "My notes:" in page
+    assert page.count("BEGIN HIDDEN TESTS") == 2 * comment.count("BEGIN")   # shown as written
+
+
+def test_a_test_cell_region_without_end_is_removed_to_the_end():
+    from autograder.feedback import HideHiddenTests
+    cell = nbformat.v4.new_code_cell("assert f(1) == 1\n### BEGIN HIDDEN TESTS\nassert f(2) == 9",
+                                     metadata={"nbgrader": {"grade": True, "solution": False,
+                                                            "grade_id": "t", "points": 1}})
+    cell, _ = HideHiddenTests().preprocess_cell(cell, {}, 0)
+    assert cell.source == "assert f(1) == 1"
