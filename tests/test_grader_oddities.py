@@ -198,3 +198,79 @@ def test_a_test_cell_region_without_end_is_removed_to_the_end():
                                                             "grade_id": "t", "points": 1}})
     cell, _ = HideHiddenTests().preprocess_cell(cell, {}, 0)
     assert cell.source == "assert f(1) == 1"
+
+
+# ---------------------------------------------------------------- 9: a checkout or venv under /tmp
+def _mounts(args) -> list:
+    """(kind, destination) of each mount in a bubblewrap argument list, in order."""
+    out = []
+    for i, word in enumerate(args):
+        if word in ("--ro-bind", "--bind", "--ro-bind-try"):
+            out.append(("bind", args[i + 2]))
+        elif word in ("--tmpfs", "--dev", "--proc"):
+            out.append((word[2:], args[i + 1]))
+    return out
+
+
+def test_a_venv_under_tmp_is_mounted_over_the_sandboxes_tmp(tmp_path, monkeypatch):
+    """The Python's environment under /tmp (a checkout in /tmp/x): bound read-only after the
+    sandbox's own /tmp tmpfs, so it is visible; the job folder and the working folder, though
+    on sys.path, are never mounted."""
+    from autograder import jail
+    from autograder.options import GradingOptions
+    import tempfile
+    venv = Path(tempfile.mkdtemp(prefix="x-main-venv-", dir="/tmp"))
+    job = Path(tempfile.mkdtemp(prefix="autograder-job-", dir="/tmp"))
+    try:
+        monkeypatch.setattr(sys, "prefix", str(venv))
+        monkeypatch.setattr(sys, "path", [*sys.path, str(job), str(job / "ipc"), ""])
+        monkeypatch.chdir(job)
+        (job / "ipc").mkdir()
+        args = jail.sandbox_command(ipc_dir=job / "ipc", job_dir=job, data_files=[],
+                                    options=GradingOptions())
+        mounts = _mounts(args)
+        binds = [d for kind, d in mounts if kind == "bind"]
+        assert str(venv) in binds
+        assert str(job) not in binds and "/tmp" not in binds
+        tmpfs = {d: i for i, (kind, d) in enumerate(mounts) if kind in ("tmpfs", "dev", "proc")}
+        for i, (kind, dest) in enumerate(mounts):   # nothing mounted later covers a bind
+            covering = [t for t in tmpfs if t == dest or dest.startswith(t.rstrip("/") + "/")]
+            assert all(tmpfs[t] <= i for t in covering), (dest, covering)
+    finally:
+        import shutil
+        shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(job, ignore_errors=True)
+
+
+def test_the_sandbox_error_names_the_real_cause():
+    from autograder.jail import _failure
+    cause, why = _failure("bwrap: execvp /tmp/x/main/.venv/bin/python: No such file or directory")
+    assert cause == "layout" and "does not show this grader's Python" in why
+    assert "bubblewrap cannot run" not in why
+    cause, why = _failure("bwrap: setting up uid map: Permission denied")
+    assert cause == "bubblewrap" and why.startswith("bubblewrap cannot run here")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not __import__("shutil").which("bwrap"),
+                    reason="needs Linux with bubblewrap")
+def test_a_python_under_tmp_runs_in_the_sandbox(tmp_path):
+    """A real sandbox from a venv under /tmp (its packages reached through a .pth file): the
+    probe succeeds; it failed with 'execvp ... No such file' when /tmp hid the venv."""
+    import subprocess
+    import sysconfig
+    import tempfile
+    import shutil
+    base = Path(tempfile.mkdtemp(prefix="x-main-", dir="/tmp"))
+    try:
+        os_venv = base / ".venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(os_venv)], check=True)
+        site = next(os_venv.glob("lib/python*/site-packages"))
+        here = sysconfig.get_paths()["purelib"]
+        (site / "grader.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+        proc = subprocess.run([str(os_venv / "bin" / "python"), "-c",
+                               "from autograder import jail; p = jail.probe(); "
+                               "print(p['ok'], p['cause'], p['why'])"],
+                              capture_output=True, text=True, timeout=120, cwd=base)
+        assert proc.stdout.startswith("True"), proc.stdout + proc.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
