@@ -8,6 +8,7 @@ each; these tests hold each fix to its function so a regression fails in seconds
 """
 import copy
 import html
+import json
 import random
 import re
 import sys
@@ -274,3 +275,86 @@ def test_a_python_under_tmp_runs_in_the_sandbox(tmp_path):
         assert proc.stdout.startswith("True"), proc.stdout + proc.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- 12: unusual strings and ints
+from autograder.wire import WireError, decode, encode, visible  # noqa: E402
+
+ODD_VALUES = ["x\ud800", "\udc80tail", "ok \U0001f600 \ud83d", 10**5000, -(10**5000) - 1,
+              2**64, -2**63 - 1, float("inf"), float("-inf"), complex(float("inf"), 1),
+              {"k\udfff": [10**4400, "v\ud800"]}, ("\ud800",) * 3]
+
+
+class _Text(str):
+    pass
+
+
+@pytest.mark.parametrize("value", ODD_VALUES, ids=[
+    "lone_high", "lone_low", "emoji_and_lone", "int_5000_digits", "int_negative_5000",
+    "2_to_64", "below_int64", "inf", "minus_inf", "complex_inf", "dict_of_odd", "tuple_of_lone"])
+def test_odd_values_cross_a_kernel_message_exactly(value):
+    """Each value, encoded on the kernel side, goes through the kernel's own message packer
+    (jupyter_client's, which refuses lone surrogates, NaN and long ints) and back unchanged."""
+    from jupyter_client.session import json_packer, json_unpacker
+    node = encode(value, kernel=True, refs=[])
+    got = decode(json_unpacker(json_packer({"data": node}))["data"])
+    assert got == value and type(got) is type(value)
+
+
+def test_nan_and_subclasses_of_odd_values_cross():
+    from jupyter_client.session import json_packer, json_unpacker
+    import math
+    got = decode(json_unpacker(json_packer(encode([float("nan"), _Text("a\ud800")],
+                                                  kernel=True, refs=[]))))
+    assert math.isnan(got[0]) and got[1] == "a\ud800" and type(got[1]) is str
+
+
+@pytest.mark.parametrize("node, needle", [
+    ({"t": "int", "v": "12g"}, "bad int"), ({"t": "int", "v": 12}, "bad int"),
+    ({"t": "float", "v": "1e400"}, "bad float"), ({"t": "str", "v": "!!"}, "malformed"),
+    ({"t": "str", "v": "/w=="}, "malformed")])
+def test_malformed_odd_nodes_are_refused(node, needle):
+    with pytest.raises(WireError, match=needle):
+        decode(node)
+
+
+def test_visible_writes_lone_surrogates_out():
+    assert visible({"a\ud800": ["b\udfff", 3]}) == {"a\\ud800": ["b\\udfff", 3]}
+    assert visible("plain π") == "plain π"
+    json.dumps(visible(["x\ud800"]), ensure_ascii=False).encode("utf-8")
+
+
+SURROGATE_CELL = ("S = 'x\\ud800'\nprint(S)\nBIG = 10**5000\n"
+                  "def lone():\n    return S\ndef big():\n    return -BIG\n"
+                  "def nan():\n    return float('nan')\n")
+
+
+@pytest.mark.slow
+def test_a_kernel_with_odd_values_is_graded_not_flagged(tmp_path):
+    """In a real sandbox: a printed lone surrogate is shown as text (no ipykernel traceback,
+    no grader path), functions returning one, a 5,000-digit int or NaN pass their tests, an
+    assertion quoting the surrogate is written, and nothing is reported as tampering."""
+    from autograder.options import GradingOptions
+    from autograder.sandbox import run_submission
+    from toy_course import ADD_SOLUTION, MUL_SOLUTION, toy_notebook
+    nb = toy_notebook()
+    tests = {"test_add": "assert lone() == 'x\\ud800' and big() == -10**5000\n"
+                         "import math\nassert math.isnan(nan())",
+             "test_mul": "assert mul(2, 3) == 6\nassert lone() == 'y', lone()"}
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid == "add":
+            cell.source = ADD_SOLUTION + "\n" + SURROGATE_CELL
+        elif gid == "mul":
+            cell.source = MUL_SOLUTION
+        elif gid in tests:
+            cell.source = tests[gid]
+    executed, report = run_submission(nb, tmp_path, GradingOptions(cell_timeout=30))
+    assert report["tampered"] == [] and not report["review"] and not report["kernel"], report
+    out = {c.metadata.get("nbgrader", {}).get("grade_id"): c.get("outputs") for c in executed.cells}
+    assert [o.get("text") for o in out["add"]] == ["x\\ud800\n"]
+    assert out["test_add"] == []
+    assert [(o.ename, o.evalue) for o in out["test_mul"]] == [("AssertionError", "x\\ud800")]
+    text = json.dumps(executed)
+    assert "site-packages" not in text and "Traceback (most recent call last):\\n  File \\\"/" \
+        not in text
