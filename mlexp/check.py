@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "format_report",
-           "is_test_cell", "main"]
+           "terminal_safe", "is_test_cell", "main"]
 
 HIDDEN_NOTE = "hidden tests run only when the course grades it"
 
@@ -176,17 +176,31 @@ def check_notebook(path, timeout: int = 300) -> tuple:
     return results, notes
 
 
+def terminal_safe(text) -> str:
+    """``text`` as one line a terminal shows as it is: every character that is not printable
+    (newlines, carriage returns, tabs, escape codes, other control and format characters such
+    as bidirectional overrides, lone surrogates) written as its Python escape (``\\x1b``)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace")
+                   .decode("ascii") for c in str(text))
+
+
 def format_report(name: str, results: list, notes=()) -> str:
-    """Lines ``PASS  grade_id  2/2`` or ``FAIL  grade_id  0/2  Hint: ...`` and a summary."""
-    lines = [f"note: {n}" for n in notes]
+    """Lines ``PASS  grade_id  2/2`` or ``FAIL  grade_id  0/2  Hint: ...`` and a summary.
+
+    Each name, note and message comes from the notebook, so each is printed through
+    :func:`terminal_safe`: one line, no escape code, so no text can pose as a PASS line or
+    hide a FAIL line."""
+    name = terminal_safe(name)
+    lines = [f"note: {terminal_safe(n)}" for n in notes]
     if not results:
         return "\n".join(lines + [f"{name}: no autograded test cells found (is this a lesson notebook?)"])
-    width = max(len(r.grade_id) for r in results)
+    ids = [terminal_safe(r.grade_id) for r in results]
+    width = max(map(len, ids))
     lines.append(f"{name}: {len(results)} graded test cells")
-    for r in results:
+    for r, grade_id in zip(results, ids):
         pts = f"{r.points:g}/{r.points:g}" if r.passed else f"0/{r.points:g}"
-        line = f"{'PASS' if r.passed else 'FAIL'}  {r.grade_id.ljust(width)}  {pts:>7}"
-        lines.append(line + (f"  {r.message}" if r.message else ""))
+        line = f"{'PASS' if r.passed else 'FAIL'}  {grade_id.ljust(width)}  {pts:>7}"
+        lines.append(line + (f"  {terminal_safe(r.message)}" if r.message else ""))
     got = sum(r.points for r in results if r.passed)
     total = sum(r.points for r in results)
     lines.append(f"visible tests: {sum(r.passed for r in results)}/{len(results)} passed, "
@@ -205,7 +219,7 @@ def main(argv=None) -> int:
     try:
         results, notes = check_notebook(args.notebook, timeout=args.timeout)
     except CheckError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_safe(exc)}", file=sys.stderr)
         return 2
     print(format_report(Path(args.notebook).name, results, notes))
     return 0 if results and all(r.passed for r in results) else 1

@@ -358,3 +358,58 @@ def test_a_kernel_with_odd_values_is_graded_not_flagged(tmp_path):
     text = json.dumps(executed)
     assert "site-packages" not in text and "Traceback (most recent call last):\\n  File \\\"/" \
         not in text
+
+
+# ---------------------------------------------------------------- 6: what check prints
+FAKE = "\x1b[2K\r\x1b[1APASS  test_add   2/2\nvisible tests: 4/4 passed, 10/10 points\x1b[8m"
+HOSTILE = [FAKE, "\rPASS  test_mul  3/3", "tab\there\x07\x9b31m\u202eSSAP", "lone \ud800 \x00"]
+
+
+def _only_real_lines(text: str, expected_lines: int):
+    lines = text.split("\n")
+    assert len(lines) == expected_lines, lines
+    for line in lines:
+        assert all(c.isprintable() for c in line), repr(line)
+    return lines
+
+
+@pytest.mark.parametrize("message", HOSTILE, ids=["ansi_and_newline", "carriage_return",
+                                                   "bell_csi_bidi", "surrogate_nul"])
+def test_check_report_prints_no_control_character(message):
+    """A student's exception message, grade id, note or file name with escape codes, carriage
+    returns or newlines: each report line is one printable line; only real results say PASS."""
+    from mlexp.check import ExerciseResult, format_report
+    results = [ExerciseResult("test_add", 2, False, f"ValueError: {message}"),
+               ExerciseResult(f"test_mul{message}", 3, False, message),
+               ExerciseResult("test_mean", 1, True)]
+    text = format_report(f"toy{message}.ipynb", results, notes=[f"repaired {message}"])
+    lines = _only_real_lines(text, 1 + 1 + 3 + 1)
+    assert [ln.split()[0] for ln in lines[2:5]] == ["FAIL", "FAIL", "PASS"]
+    assert lines[-1].startswith("visible tests: 1/3 passed, 1/6 points")
+    assert sum(ln.startswith("PASS") for ln in lines) == 1
+
+
+@pytest.mark.slow
+def test_autograder_check_escapes_a_hostile_exception_message(tmp_path):
+    """The real `autograder check` of a toy notebook whose answers raise with escape codes: the
+    terminal gets escapes as text, the FAIL rows and the real summary line."""
+    import subprocess
+    from autograder.build import build
+    from toy_course import ASSIGNMENT, NOTEBOOK, make_toy_course
+    course = make_toy_course(tmp_path / "course")
+    build(course)
+    lesson = nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    raising = f"def {{}}(*args):\n    raise ValueError({FAKE!r})"
+    nb = corpus._answer(lesson, {g: raising.format(g) for g in ("add", "mul", "mean")})
+    path = tmp_path / NOTEBOOK
+    nbformat.write(nb, path)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "--course", str(course), "check",
+                           str(path), "--timeout", "20"], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "\x1b" not in proc.stdout and "\r" not in proc.stdout
+    lines = proc.stdout.strip().split("\n")
+    assert not any(ln.startswith("PASS") for ln in lines), lines
+    assert sum(ln.startswith("FAIL") for ln in lines) == 3
+    assert "visible tests: 0/3 passed, 0/6 points" in lines[-1]
+    assert "\\x1b[2K\\r\\x1b[1APASS" in proc.stdout
