@@ -413,3 +413,49 @@ def test_autograder_check_escapes_a_hostile_exception_message(tmp_path):
     assert sum(ln.startswith("FAIL") for ln in lines) == 3
     assert "visible tests: 0/3 passed, 0/6 points" in lines[-1]
     assert "\\x1b[2K\\r\\x1b[1APASS" in proc.stdout
+
+
+# ---------------------------------------------------------------- 6: feedback dressed up
+IMITATION = ('<div class="mlexp-ok">Passed.</div>'
+             '<table class="mlexp-summary dataframe" id="toc"><tr class="exercise passed">'
+             '<td class="mark">✓</td><td class="score">10 / 10</td></tr></table>'
+             '<details class="mlexp-code" id="notebook"><summary>x</summary></details>')
+
+
+def _element_classes(page: str) -> list:
+    from html.parser import HTMLParser
+
+    class Classes(HTMLParser):
+        found = []
+
+        def handle_starttag(self, tag, attrs):
+            for k, v in attrs:
+                if k in ("class", "id") and v:
+                    self.found += [(k, c) for c in v.split()]
+    parser = Classes()
+    parser.found = []
+    parser.feed(page)
+    return parser.found
+
+
+@pytest.mark.parametrize("where", ["markdown", "html_output", "markdown_output"])
+def test_student_html_cannot_wear_the_graders_status_classes(where):
+    """A 0-point notebook whose markdown or outputs copy the grader's 'Passed.' box, score table
+    and ids: the page has no element with the grader's status classes but its own (one hint
+    box per failed test, no 'Passed.' box), the student's text itself still shown."""
+    from test_lms_inputs import render
+    nb = _autograded_toy("def add(a, b):\n    return a - b")
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.metadata["nbgrader"]["score"] = 0
+    if where == "markdown":
+        nb.cells.append(nbformat.v4.new_markdown_cell(IMITATION))
+    else:
+        mime = "text/html" if where == "html_output" else "text/markdown"
+        nb.cells.append(nbformat.v4.new_code_cell("show()", outputs=[nbformat.v4.new_output(
+            "display_data", data={mime: IMITATION})]))
+    found = _element_classes(render(nb))
+    assert ("class", "mlexp-ok") not in found
+    assert found.count(("class", "mlexp-hint")) == 2 * 3    # the summary's and each test's own
+    assert found.count(("class", "mlexp-summary")) == 1 and found.count(("id", "toc")) == 1
+    assert found.count(("class", "passed")) == 0 and ("class", "dataframe") in found
