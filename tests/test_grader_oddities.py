@@ -422,22 +422,6 @@ IMITATION = ('<div class="mlexp-ok">Passed.</div>'
              '<details class="mlexp-code" id="notebook"><summary>x</summary></details>')
 
 
-def _element_classes(page: str) -> list:
-    from html.parser import HTMLParser
-
-    class Classes(HTMLParser):
-        found = []
-
-        def handle_starttag(self, tag, attrs):
-            for k, v in attrs:
-                if k in ("class", "id") and v:
-                    self.found += [(k, c) for c in v.split()]
-    parser = Classes()
-    parser.found = []
-    parser.feed(page)
-    return parser.found
-
-
 @pytest.mark.parametrize("where", ["markdown", "html_output", "markdown_output"])
 def test_student_html_cannot_wear_the_graders_status_classes(where):
     """A 0-point notebook whose markdown or outputs copy the grader's 'Passed.' box, score table
@@ -454,7 +438,7 @@ def test_student_html_cannot_wear_the_graders_status_classes(where):
         mime = "text/html" if where == "html_output" else "text/markdown"
         nb.cells.append(nbformat.v4.new_code_cell("show()", outputs=[nbformat.v4.new_output(
             "display_data", data={mime: IMITATION})]))
-    found = _element_classes(render(nb))
+    found = corpus.element_classes(render(nb))
     assert ("class", "mlexp-ok") not in found
     assert found.count(("class", "mlexp-hint")) == 2 * 3    # the summary's and each test's own
     assert found.count(("class", "mlexp-summary")) == 1 and found.count(("id", "toc")) == 1
