@@ -26,6 +26,8 @@ from collections import Counter
 
 import nbformat
 
+from mlexp.check import normal_text
+
 __all__ = ["repair_notebook", "read_notebook_text", "not_a_notebook", "SubmissionRejected",
            "normalise_name"]
 
@@ -159,13 +161,6 @@ def _kind(meta: dict) -> str:
     if meta.get("task"):
         return "task cell"
     return "read-only cell"
-
-
-def normal_text(text: str) -> str:
-    """``text`` as compared, not as stored: line endings made ``\\n``, trailing whitespace of
-    each line and blank lines at either end dropped (what Jupyter, Colab and editors change)."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return "\n".join(line.rstrip() for line in lines).strip("\n")
 
 
 TOKEN = re.compile(r"\w+|\S")

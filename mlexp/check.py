@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "format_report",
-           "terminal_safe", "is_test_cell", "main"]
+           "terminal_safe", "normal_text", "is_test_cell", "main"]
 
 HIDDEN_NOTE = "hidden tests run only when the course grades it"
 
@@ -93,9 +93,17 @@ def find_release(path: Path):
     return None
 
 
+def normal_text(text: str) -> str:
+    """``text`` as compared, not as stored: line endings made ``\\n``, trailing whitespace of
+    each line and blank lines at either end dropped (what Jupyter, Colab and editors change)."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
 def restore_tests(nb, release) -> list:
     """Put each test cell of ``release`` back into ``nb`` (by its nbgrader grade_id): an edited
-    one gets the released source, a deleted one is inserted after the cell it followed.
+    one gets the released source (line endings and trailing spaces are no edit), a deleted one
+    is inserted after the cell it followed.
     Returns notes saying what was restored."""
     notes = []
     mine = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
@@ -104,9 +112,9 @@ def restore_tests(nb, release) -> list:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if is_test_cell(cell):
             if gid in mine:
-                if mine[gid].source != cell.source:
-                    mine[gid].source = cell.source
+                if normal_text(mine[gid].source) != normal_text(cell.source):
                     notes.append(f"the test `{gid}` was edited in your notebook: the released test was run")
+                mine[gid].source = cell.source
             else:
                 new = type(cell)(cell)   # a copy of the released cell
                 new.outputs, new.execution_count = [], None

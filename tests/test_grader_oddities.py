@@ -252,6 +252,7 @@ def test_the_sandbox_error_names_the_real_cause():
     assert cause == "bubblewrap" and why.startswith("bubblewrap cannot run here")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not __import__("shutil").which("bwrap"),
                     reason="needs Linux with bubblewrap")
 def test_a_python_under_tmp_runs_in_the_sandbox(tmp_path):
@@ -443,3 +444,16 @@ def test_student_html_cannot_wear_the_graders_status_classes(where):
     assert found.count(("class", "mlexp-hint")) == 2 * 3    # the summary's and each test's own
     assert found.count(("class", "mlexp-summary")) == 1 and found.count(("id", "toc")) == 1
     assert found.count(("class", "passed")) == 0 and ("class", "dataframe") in found
+
+
+def test_the_students_own_check_takes_line_endings_for_no_edit():
+    """mlexp.check (the student edition's self-check) restores test cells the same way."""
+    from mlexp.check import restore_tests
+    lesson, solution = _l01()
+    nb = _crlf(corpus._answer(lesson, corpus.solved_answers(solution)))
+    assert restore_tests(nb, lesson) == []
+    assert [c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")] == [
+        c.source for c in lesson.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    i = corpus._index(nb, "test_recurrent_form")
+    nb.cells[i].source = "pass"
+    assert [n for n in restore_tests(nb, lesson) if "test_recurrent_form" in n]
