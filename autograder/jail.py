@@ -61,11 +61,14 @@ def _python_dirs(course_root, job_dir=None) -> list:
     import paths (never the course root itself, nor a folder inside it other than a venv, nor
     the grader's job folder or working folder, which ``python -m`` puts on ``sys.path``)."""
     dirs = [Path(sys.base_prefix), Path(sys.prefix)]
-    grader_only = {Path.cwd().resolve()} | ({Path(job_dir).resolve()} if job_dir else set())
+    job = Path(job_dir).resolve() if job_dir else None
     for p in sys.path:
-        if p and Path(p).is_dir() and not any(
-                g == Path(p).resolve() or g in Path(p).resolve().parents for g in grader_only):
-            dirs.append(Path(p))
+        if not p or not Path(p).is_dir():
+            continue
+        where = Path(p).resolve()
+        if where == Path.cwd().resolve() or job is not None and (where == job or job in where.parents):
+            continue   # the working folder (python -m puts it first) or the job folder: grader's
+        dirs.append(Path(p))
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         dirs.append(Path(sysconfig.get_paths()[key]))
     keep = []
