@@ -476,5 +476,8 @@ def main(argv=None) -> int:
         return {"build": _build, "grade": _grade, "check": _check, "demo": _demo, "publish": _publish, "book": _book,
                 "report": _report, "export": _export, "seeds": _seeds}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
+        if args.command == "check":   # it may quote the notebook: no escape code reaches the terminal
+            from mlexp.check import terminal_safe
+            exc = terminal_safe(exc)
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -28,15 +28,38 @@ class HideHiddenTests(ClearHiddenTests):
     lines from each cell's source. A traceback of such a cell quotes the failing line, which may
     be hidden, so its error output is cut to ``AssertionError: Hint: ...`` (the exception type
     and message). Cells without hidden tests keep their full output.
+
+    Only the grader's own test cells (graded, not solution cells: their source comes from the
+    gradebook) are searched; a student's cell is the student's text, shown as written, so the
+    marker words in it (a comment quoting them, a BEGIN without END) can neither break feedback
+    nor hide anything. A test cell's region without its END line is removed to the cell's end.
     """
 
     def preprocess_cell(self, cell, resources, cell_index):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade") or meta.get("solution"):
+            return cell, resources
         removed = self._remove_hidden_test_region(cell)
         if removed and cell.cell_type == "code":
             for output in cell.get("outputs", []):
                 if output.output_type == "error":
                     output.traceback = [f"{output.ename}: {output.evalue}", NOTE]
         return cell, resources
+
+
+    def _remove_hidden_test_region(self, cell) -> bool:
+        """Delete each line from a BEGIN marker to its END marker (or to the end), in place;
+        True when something was deleted. Never raises: a nested BEGIN stays hidden."""
+        kept, hidden, removed = [], False, False
+        for line in cell.source.split("\n"):
+            if self.begin_test_delimeter in line:
+                hidden = removed = True
+            elif self.end_test_delimeter in line:
+                hidden = False
+            elif not hidden:
+                kept.append(line)
+        cell.source = "\n".join(kept)
+        return removed
 
 
 class ExerciseFeedback(NbGraderPreprocessor):
@@ -103,8 +126,35 @@ _TEX_MACROS = re.compile(r"\\(href|url|class|cssId|style|unicode|require|data|ht
 _KEPT_AS_IS = {"text/plain", "image/png", "image/jpeg", "image/svg+xml", "application/json"}
 
 
+def _grader_names() -> tuple:
+    """(classes, ids) the feedback template gives its own elements: read from the template
+    (its ``class="..."`` and ``id="..."`` attributes, the values its expressions can write there
+    and the ``mlexp-`` classes its style sheet names), so a new status element needs no list."""
+    from .config import FEEDBACK_TEMPLATE, FEEDBACK_TEMPLATES
+    text = (FEEDBACK_TEMPLATES / "feedback" / FEEDBACK_TEMPLATE).read_text(encoding="utf-8")
+    classes = set()
+    for value in re.findall(r'class="([^"]*)"', text):
+        classes |= set(re.findall(r"'([\w-]+)'", value))   # literals of {{ 'a' if x else 'b' }}
+        classes |= set(re.sub(r"\{\{.*?\}\}", " ", value).split())
+    for style in re.findall(r"<style[^>]*>(.*?)</style>", text, re.S):   # not nbconvert's own
+        classes |= set(re.findall(r"\.(mlexp-[\w-]*)", style))
+    ids = {v for v in re.findall(r'id="([^"]*)"', text) if "{" not in v}
+    return frozenset(classes), frozenset(ids)
+
+
+_GRADER_CLASSES, _GRADER_IDS = _grader_names()
+
+
 def _url_filter(tag: str, attr: str, value: str):
-    """Keep a data: URL only as an image's source, and only for an image type."""
+    """Keep a data: URL only as an image's source, and only for an image type; drop from a
+    ``class`` the names of the grader's own elements (its status boxes, score table, hint) and
+    an ``id`` the grader's page uses, so student HTML cannot pose as the grader's verdict."""
+    if attr == "class":
+        kept = [c for c in value.split() if c not in _GRADER_CLASSES and not c.startswith(
+            ("mlexp-", "nbgrader"))]
+        return " ".join(kept) or None
+    if attr == "id" and (value in _GRADER_IDS or value.startswith(("mlexp-", "nbgrader"))):
+        return None
     if attr in ("href", "src", "cite", "action") and value.strip().lower().startswith("data:"):
         return value if tag == "img" and attr == "src" and _DATA_IMAGE.fullmatch(value.strip()) \
             else None
@@ -117,8 +167,9 @@ def clean_html(html: str) -> str:
     Kept: the tags and attributes of nh3's allow-list (headings, paragraphs, lists, tables,
     code, links, images) plus ``class``/``id``/``title`` on any tag, and images given as
     ``data:image/...;base64`` URLs. Removed: ``<script>``, ``<style>``, ``<iframe>``,
-    ``<object>``, forms, every ``on...=`` event handler, ``style`` attributes, and URLs with
-    a scheme outside nh3's list (``javascript:``, ``vbscript:``, ``data:`` other than images).
+    ``<object>``, forms, every ``on...=`` event handler, ``style`` attributes, URLs with
+    a scheme outside nh3's list (``javascript:``, ``vbscript:``, ``data:`` other than images),
+    and the classes and ids of the grader's own page elements (see ``_url_filter``).
     TeX macros that MathJax would turn into links or styles are made plain text.
     """
     safe = nh3.clean(html, tags=_TAGS, attributes=_ATTRIBUTES, url_schemes=_URL_SCHEMES,

@@ -233,9 +233,10 @@ class KernelLink:
         replace it, which can only change what the student's own names look like, and a request
         it then fails to answer is reported as blocked."""
         source = Path(wire.__file__).read_text(encoding="utf-8")
+        setup = ", m.kernel_safe_messages()" if module == KERNEL_MODULE else ""   # once per kernel
         code = (f"(lambda m: (__import__('builtins').exec(__import__('builtins').compile("
                 f"{source!r}, '<autograder.wire>', 'exec'), m.__dict__), "
-                f"__import__('sys').modules.__setitem__(m.__name__, m)))"
+                f"__import__('sys').modules.__setitem__(m.__name__, m){setup}))"
                 f"(__import__('types').ModuleType({module!r}));")
         _reply, timed_out, error = self.client.run_request(code, RECOVER_S)
         if timed_out or error:
@@ -758,8 +759,10 @@ def main(argv=None) -> int:
                               course_root=job.get("course_root"), sandbox=job.get("sandbox", True),
                               show_call_output=job.get("show_call_output", False),
                               mode=job.get("mode", "autograde"), cwd=job.get("cwd"))
-    nbformat.write(nb, job["output"])
-    Path(job["report"]).write_text(json.dumps(report))
+    # A string the notebook made may hold lone surrogates (an assertion's message quoting a
+    # returned value): written out as text, since a file of UTF-8 text cannot hold them.
+    nbformat.write(nbformat.from_dict(wire.visible(nb)), job["output"])
+    Path(job["report"]).write_text(json.dumps(wire.visible(report)))
     return 0
 
 

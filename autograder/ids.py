@@ -88,8 +88,10 @@ def folder_name(original: str) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` on one line: control characters shown as escapes (``\\n``), accents kept."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    """``text`` on one line: control characters shown as escapes (``\\n``), accents kept
+    (:func:`mlexp.check.terminal_safe`, which the students' own check uses too)."""
+    from mlexp.check import terminal_safe
+    return terminal_safe(text)
 
 
 def spreadsheet_safe(value):

@@ -61,18 +61,21 @@ def _system_binds() -> list:
     return args
 
 
-def _python_dirs(course_root, private=()) -> list:
+def _python_dirs(course_root, job_dir=None) -> list:
     """Folders the kernel's Python needs, outermost first: installation, environment, extra
-    import paths (never the course root itself, nor a folder inside it other than a venv).
-
-    ``private``: the grader's own folders (the job folder: the restored notebook with its hidden
-    tests, job.json; it is also the harness's working folder, so it is on the harness's
-    sys.path): none of them, no folder inside one and no folder holding one is ever mounted,
-    wherever TMPDIR puts them."""
+    import paths (never the course root itself, nor a folder inside it other than a venv, nor
+    the grader's job folder (the restored notebook with its hidden tests, job.json), a folder
+    inside it or one holding it, nor the working folder, which ``python -m`` puts on
+    ``sys.path``), wherever TMPDIR puts them."""
     dirs = [Path(sys.base_prefix), Path(sys.prefix)]
+    job = Path(job_dir).resolve() if job_dir else None
     for p in sys.path:
-        if p and Path(p).is_dir():
-            dirs.append(Path(p))
+        if not p or not Path(p).is_dir():
+            continue
+        where = Path(p).resolve()
+        if where == Path.cwd().resolve() or job is not None and (where == job or job in where.parents):
+            continue   # the working folder (python -m puts it first) or the job folder: grader's
+        dirs.append(Path(p))
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         dirs.append(Path(sysconfig.get_paths()[key]))
     keep = []
@@ -85,8 +88,8 @@ def _python_dirs(course_root, private=()) -> list:
             continue   # the course root or one of its parents: never mounted whole
         if course_root is not None and course_root in d.parents and d != Path(sys.prefix).resolve():
             continue   # inside the course (its own package folders): only mlexp, below
-        if any(d == p or p in d.parents or d in p.parents for p in private):
-            continue   # the grader's own folder, inside it, or holding it
+        if job is not None and (d == job or job in d.parents or d in job.parents):
+            continue   # the grader's job folder, a folder inside it, or one holding it
         keep.append(d)
     return keep
 
@@ -118,9 +121,15 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
             "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox"]
     args += _system_binds()
+    # The writable tmpfs first: bubblewrap mounts in order, so a later mount on /tmp would hide
+    # a Python, venv or course that lives under /tmp (a checkout in /tmp/x); mounted after them,
+    # each is a read-only bind on top of the tmpfs.
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for tmp in ("/tmp", "/dev/shm", SANDBOX_HOME):
+        args += ["--size", size, "--tmpfs", tmp]
     args += ["--ro-bind", f"SRC:{passwd}", "/etc/passwd",
              "--ro-bind", f"SRC:{group}", "/etc/group"]
-    for d in _python_dirs(course_root, private=(Path(job_dir).resolve(),)):
+    for d in _python_dirs(course_root, job_dir):
         args += ["--ro-bind", f"SRC:{d}", str(d)]
     args += ["--ro-bind", f"SRC:{_mlexp_dir()}", f"{COURSE_MOUNT}/mlexp"]
     env = kernel_env(options, mode)
@@ -132,9 +141,6 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     if cache_dir().is_dir():
         args += ["--ro-bind", f"SRC:{cache_dir().resolve()}", f"{CACHE_MOUNT}/mlexp"]
         env["XDG_CACHE_HOME"] = CACHE_MOUNT
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    for tmp in ("/tmp", "/dev/shm", SANDBOX_HOME):
-        args += ["--size", size, "--tmpfs", tmp]
     for f in data_files:
         f = Path(f)
         if f.is_symlink() or not (f.is_file() or f.is_dir()):
@@ -168,16 +174,34 @@ def pick_uid():
     return random.randrange(*UID_RANGE)
 
 
+def _failure(stderr: str) -> tuple:
+    """(cause, why) of a sandbox that did not print 'sandbox ok', from its stderr: "layout"
+    when bubblewrap ran but the Python, its packages or mlexp were not visible inside it (a
+    fault of this grader's mounts, named with the paths), else "bubblewrap" (it cannot run)."""
+    last = (stderr.strip().splitlines() or ["(no message)"])[-1][:300]
+    if "execvp" in stderr or "Can't find source path" in stderr:
+        return "layout", (f"the sandbox does not show this grader's Python ({sys.executable}, "
+                          f"environment {sys.prefix}): {last}")
+    if "ModuleNotFoundError" in stderr or "ImportError" in stderr:
+        return "layout", (f"the Python in the sandbox ({sys.executable}) cannot import mlexp or "
+                          f"ipykernel: {last}")
+    return "bubblewrap", f"bubblewrap cannot run here: {last}"
+
+
 def probe() -> dict:
     """What this machine allows, tried once per process: ``{"ok": bool, "why": str, "as_root":
-    bool}``. ``ok`` means a bubblewrap sandbox (as a separate uid when root) runs this Python."""
+    bool, "cause": str}``. ``ok`` means a bubblewrap sandbox (as a separate uid when root) runs
+    this Python; otherwise ``cause`` is "platform" (not Linux), "missing" (bubblewrap not
+    installed), "bubblewrap" (it cannot run: user namespaces refused, ...) or "layout" (it ran,
+    but this Python or its packages were not visible inside it)."""
     if _PROBE:
         return _PROBE
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    cause = ""
     if not sys.platform.startswith("linux"):
-        why = f"bubblewrap needs Linux (this is {sys.platform})"
+        cause, why = "platform", f"bubblewrap needs Linux (this is {sys.platform})"
     elif _bwrap() is None:
-        why = "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+        cause, why = "missing", "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     else:
         import tempfile
 
@@ -195,12 +219,10 @@ def probe() -> dict:
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
                 ok = proc.returncode == 0 and "sandbox ok" in proc.stdout
-                why = "" if ok else (proc.stderr.strip().splitlines() or ["(no message)"])[-1][:300]
+                cause, why = ("", "") if ok else _failure(proc.stderr)
             except (OSError, subprocess.TimeoutExpired) as exc:
-                why = f"{type(exc).__name__}: {exc}"
-        if why:
-            why = f"bubblewrap cannot run here: {why}"
-    _PROBE.update(ok=not why, why=why, as_root=as_root)
+                cause, why = "bubblewrap", f"bubblewrap cannot run here: {type(exc).__name__}: {exc}"
+    _PROBE.update(ok=not why, why=why, as_root=as_root, cause=cause)
     return _PROBE
 
 

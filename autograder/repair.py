@@ -8,7 +8,9 @@ change, which the per-student status reports:
 
 - every cell of the release that carries nbgrader metadata (solution, test, read-only, task) is
   found in the submission: by its ``grade_id``, else by its cell id, else by source similarity
-  (``difflib`` ratio) among the unmatched cells between its matched neighbours; its metadata,
+  (``difflib`` ratio over tokens, exact only for the few candidates whose cheap upper bound can
+  win, so linear in the notebook's size) among the unmatched cells between its matched
+  neighbours; its metadata,
   cell type and (for read-only and test cells) source are restored from the release;
 - a duplicated graded cell keeps its last copy; earlier copies become ordinary cells;
 - a deleted cell is inserted again from the release (a deleted solution cell comes back blank);
@@ -27,8 +29,11 @@ import hashlib
 import json
 import re
 import uuid
+from collections import Counter
 
 import nbformat
+
+from mlexp.check import normal_text
 
 __all__ = ["repair_notebook", "read_notebook_text", "not_a_notebook", "SubmissionRejected",
            "normalise_name", "release_cells"]
@@ -36,6 +41,7 @@ __all__ = ["repair_notebook", "read_notebook_text", "not_a_notebook", "Submissio
 SIMILAR_TEST = 0.6       # a test or read-only cell must look this much like the release's
 SIMILAR_SOLUTION = 0.3   # a solution cell is the student's code; only its frame must match
 CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
+MAX_EXACT = 64           # exact comparisons per release cell at most, best upper bounds first
 GRADE_KEYS = ("grade", "solution", "locked", "points", "task")   # what a student may not change
 
 
@@ -164,12 +170,64 @@ def _kind(meta: dict) -> str:
     return "read-only cell"
 
 
-def _similarity(a: str, b: str) -> float:
-    return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio()
+TOKEN = re.compile(r"\w+|\S")
+
+
+class _Text:
+    """One cell's source prepared for comparison: normalised text, tokens, token counts."""
+    __slots__ = ("text", "tokens", "counts")
+
+    def __init__(self, source: str):
+        self.text = normal_text(source)
+        self.tokens = TOKEN.findall(self.text)
+        self.counts = Counter(self.tokens)
+
+
+def _bound(a: "_Text", b: "_Text", need: float) -> float:
+    """An upper bound of :func:`_similarity` (difflib's ``real_quick_ratio``, then, when that
+    reaches ``need``, ``quick_ratio`` from the counts made once per cell): linear in the
+    distinct tokens, never in the product of the lengths."""
+    la, lb = len(a.tokens), len(b.tokens)
+    if not la + lb:
+        return 1.0
+    bound = 2 * min(la, lb) / (la + lb)
+    if bound < need:
+        return bound
+    small, large = (a.counts, b.counts) if len(a.counts) < len(b.counts) else (b.counts, a.counts)
+    return 2 * sum(min(n, large.get(t, 0)) for t, n in small.items()) / (la + lb)
+
+
+def _similarity(a: "_Text", b: "_Text") -> float:
+    """How much two cells look alike, 0..1: difflib's ratio over their tokens (words and single
+    symbols, whitespace ignored); 1.0 for equal normalised text."""
+    if a.text == b.text:
+        return 1.0
+    return difflib.SequenceMatcher(None, a.tokens, b.tokens, autojunk=False).ratio()
+
+
+def _best_match(key: "_Text", candidates: list, need: float):
+    """(score, index) of the candidate most like ``key``, or (0.0, None);
+    ``candidates`` are (index, _Text). Exact scores are computed in order of their upper bound,
+    stopping when no candidate left can beat the best, and for at most MAX_EXACT of them: linear
+    in the number of candidates, each exact comparison bounded by the release's own cell (the
+    length bound keeps out cells more than a few times its size)."""
+    same = [j for j, t in candidates if t.text == key.text]
+    if same:
+        return 1.0, same[0]
+    bounded = sorted(((_bound(key, t, need), j, t) for j, t in candidates),
+                     key=lambda x: (-x[0], x[1]))
+    best, best_j = 0.0, None
+    for n, (bound, j, text) in enumerate(bounded):
+        if bound < need or bound <= best or n >= MAX_EXACT:
+            break
+        score = _similarity(text, key)
+        if score > best:
+            best, best_j = score, j
+    return best, best_j
 
 
 def _text_digest(source: str) -> str:
-    return hashlib.sha256(source.strip().encode()).hexdigest()[:16]
+    return hashlib.sha256(normal_text(source).encode()).hexdigest()[:16]
 
 
 def release_cells(release) -> dict:
@@ -209,6 +267,14 @@ def _match(sub_cells, keys, notes, retired=()) -> dict:
         if i not in matched and j is not None and j not in taken and not _meta(sub_cells[j]):
             matched[i], taken = j, taken | {j}
             by_id.append(_meta(key)["grade_id"])
+    prepared = {}
+
+    def texts(cells, j):   # each cell prepared once, whatever the number of release cells
+        at = (id(cells), j)
+        if at not in prepared:
+            prepared[at] = _Text(cells[j].source)
+        return prepared[at]
+
     # Test and read-only cells first (their source is fixed), then solution cells between them.
     for i in sorted(range(len(keys)), key=lambda i: bool(_meta(keys[i]).get("solution"))):
         key = keys[i]
@@ -218,15 +284,10 @@ def _match(sub_cells, keys, notes, retired=()) -> dict:
         hi = min([matched[k] for k in matched if k > i], default=len(sub_cells))
         meta = _meta(key)
         need = SIMILAR_SOLUTION if meta.get("solution") else SIMILAR_TEST
-        best, best_j = 0.0, None
-        for j in range(lo + 1, hi):
-            if j in taken or _meta(sub_cells[j]):
-                continue
-            score = _similarity(sub_cells[j].source, key.source)
-            if score > best:
-                best, best_j = score, j
-        window = [j for j in range(lo + 1, hi) if j not in taken and not _meta(sub_cells[j])
-                  and sub_cells[j].cell_type == "code"]
+        free = [j for j in range(lo + 1, hi) if j not in taken and not _meta(sub_cells[j])]
+        best, best_j = _best_match(texts(keys, i), [(j, texts(sub_cells, j)) for j in free],
+                                   need)
+        window = [j for j in free if sub_cells[j].cell_type == "code"]
         if best_j is not None and best >= need:
             matched[i], taken = best_j, taken | {best_j}
             by_source.append(f"{meta['grade_id']} {best:.2f}")
@@ -318,7 +379,8 @@ def repair_notebook(nb, release, sources: dict, earlier=()) -> list:
             if _text_digest(cell.source) in old_texts.get(meta["grade_id"], ()):
                 notes.append(f"{_kind(meta)} '{meta['grade_id']}' was changed in the lesson "
                              "after this notebook was released: the new version was put in")
-            elif cell.source.strip() != sources.get(meta["grade_id"], key.source).strip():
+            elif normal_text(cell.source) not in {normal_text(key.source), normal_text(
+                    sources.get(meta["grade_id"], key.source))}:
                 notes.append(f"{_kind(meta)} '{meta['grade_id']}' had been edited: restored")
             cell.source = key.source
     nb.cells = cells

@@ -82,10 +82,14 @@ def check_sandbox(options: GradingOptions) -> None:
     """Raise SandboxUnavailable unless the sandbox runs or ``options.unsandboxed`` accepts it."""
     probe = jail.probe()
     if not probe["ok"] and not options.unsandboxed:
+        fix = ("This is a fault of the grader's sandbox, not of bubblewrap: please report it with "
+               "this message; meanwhile grade from a checkout and venv outside that folder"
+               if probe.get("cause") == "layout" else
+               "Install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) and allow user "
+               "namespaces")
         raise SandboxUnavailable(
-            f"{probe['why']}. Students' code would run with your rights: refusing to grade. Install "
-            f"bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap), or, for a class you trust "
-            f"completely, pass {UNSANDBOXED_FLAG}.")
+            f"{probe['why']}. Students' code would run with your rights: refusing to grade. {fix}, "
+            f"or, for a class you trust completely, pass {UNSANDBOXED_FLAG}.")
 
 
 def report_path(report_dir, assignment: str, student: str) -> Path:

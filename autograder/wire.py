@@ -4,7 +4,9 @@ The course's grader never runs a test cell in the student's process. The student
 the student's cells; each test cell runs in a separate, trusted process (``autograder.harness``)
 where every name the test uses but does not define is fetched from the kernel *as data*:
 
-- ``None``, bools, ints, floats, complex numbers, strings and bytes;
+- ``None``, bools, ints, floats, complex numbers, strings and bytes (any of them: an int of
+  thousands of digits, NaN and infinities, a string with a lone surrogate such as ``'x\\ud800'``
+  cross exactly, as nodes of their own, since JSON and the kernel's messages carry none of them);
 - tuples, lists, sets and dicts of those;
 - ``torch.Tensor`` and ``numpy.ndarray`` (dtype, shape and raw bytes; never pickle);
 - ``torch.dtype``.
@@ -26,14 +28,17 @@ only decodes. Design notes: the "Trust boundary" section of the course's design.
 import base64
 import builtins
 import json
+import re
 import sys
 
 __all__ = ["WIRE_MIME", "WireError", "Opaque", "encode", "decode", "encode_json",
-           "decode_json", "kernel_request", "MAX_BYTES"]
+           "decode_json", "kernel_request", "kernel_safe_messages", "visible", "MAX_BYTES"]
 
 WIRE_MIME = "application/vnd.mlexp.grading+json"
 MAX_BYTES = 256 * 2**20      # raw array bytes per crossing; more is refused, not truncated
 MAX_DEPTH = 64
+_HEX = re.compile(r"-?[0-9a-f]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 TENSOR_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
                  "float32", "float64", "complex64", "complex128")
 NUMPY_DTYPES = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
@@ -122,24 +127,64 @@ def _module_node(m, budget, grad_leaves, depth):
                          for k, c in m._modules.items()}}
 
 
+def _charge(budget, n: int) -> None:
+    budget[0] -= n
+    if budget[0] < 0:
+        raise WireError(f"more than {MAX_BYTES} bytes of data")
+
+
+def _str(x: str, budget):
+    """A string as itself, or, when it is not valid UTF-8 text (a lone surrogate, which no
+    kernel message can carry), as a node of its UTF-8 bytes with the surrogates kept."""
+    if x.isascii():
+        return x
+    try:
+        x.encode("utf-8")
+        return x
+    except UnicodeEncodeError:
+        data = x.encode("utf-8", "surrogatepass")
+        _charge(budget, len(data))
+        return {"t": "str", "v": _b64(data)}
+
+
+def _int(x: int, budget):
+    """An int as itself when JSON readers take it exactly (64 bits), else as hex digits (no
+    limit on their number, unlike decimal: Python refuses more than 4,300 decimal digits)."""
+    if -2**63 <= x < 2**64:
+        return x
+    digits = format(x, "x")
+    _charge(budget, len(digits))
+    return {"t": "int", "v": digits}
+
+
+def _float(x: float):
+    """A float as itself, or NaN and the infinities (not JSON) as a node naming them."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return {"t": "float", "v": repr(x)}
+    return x
+
+
 def _encode(x, budget, grad_leaves, depth, kernel, refs=None):
     if depth > MAX_DEPTH:
         raise WireError(f"nested more than {MAX_DEPTH} levels deep")
-    if x is None or type(x) in (bool, str):
+    if x is None or type(x) is bool:
         return x
+    if type(x) is str:
+        return _str(x, budget)
     if type(x) is int:
-        return x
+        return _int(x, budget)
     if type(x) is float:
-        return x
+        return _float(x)
     # Subclasses of the built-in types cross as the value they hold (their own methods never run).
     if isinstance(x, int):
-        return int.__int__(x)
+        return _int(int.__int__(x), budget)
     if isinstance(x, float):
-        return float.__float__(x)
+        return _float(float.__float__(x))
     if isinstance(x, str):
-        return str.__str__(x)
+        return _str(str.__str__(x), budget)
     if isinstance(x, complex):
-        return {"t": "complex", "v": [complex.real.__get__(x), complex.imag.__get__(x)]}
+        return {"t": "complex", "v": [_float(complex.real.__get__(x)),
+                                      _float(complex.imag.__get__(x))]}
     if isinstance(x, (bytes, bytearray)):
         data = bytes(x)
         budget[0] -= len(data)
@@ -182,10 +227,10 @@ def _encode(x, budget, grad_leaves, depth, kernel, refs=None):
         return {"t": "range", "v": [x.start, x.stop, x.step]}
     if refs is not None and callable(x):
         refs.append(x)
-        return {"t": "ref", "id": len(refs) - 1, "type": type(x).__name__,
-                "name": str(getattr(x, "__name__", ""))[:100]}
+        return {"t": "ref", "id": len(refs) - 1, "type": visible(type(x).__name__),
+                "name": visible(str(getattr(x, "__name__", ""))[:100])}
     if refs is not None:
-        return {"t": "opaque", "type": type(x).__name__[:100]}
+        return {"t": "opaque", "type": visible(type(x).__name__[:100])}
     raise WireError(f"a {type(x).__name__} cannot be passed across the grader's boundary")
 
 
@@ -260,10 +305,26 @@ def _decode(node, budget, depth, leaves, ref_factory, modules):
             raise WireError(f"bad dict key: {exc}") from None
     if kind == "complex":
         re_im = node.get("v")
-        if not (isinstance(re_im, list) and len(re_im) == 2
-                and all(type(x) in (int, float) for x in re_im)):
+        if not (isinstance(re_im, list) and len(re_im) == 2):
+            raise WireError("bad complex")
+        re_im = [rec(x) if type(x) is dict and x.get("t") == "float" else x for x in re_im]
+        if not all(type(x) in (int, float) for x in re_im):
             raise WireError("bad complex")
         return complex(*re_im)
+    if kind == "float":
+        if node.get("v") not in ("nan", "inf", "-inf"):
+            raise WireError("bad float")
+        return float(node["v"])
+    if kind == "int":
+        digits = node.get("v")
+        if not (isinstance(digits, str) and _HEX.fullmatch(digits)):
+            raise WireError("bad int")
+        _charge(budget, len(digits))
+        return int(digits, 16)
+    if kind == "str":
+        if not isinstance(node.get("v"), str):
+            raise WireError("bad str")
+        return _raw(node["v"], budget).decode("utf-8", "surrogatepass")
     if kind == "bytes":
         if not isinstance(node.get("v"), str):
             raise WireError("bad bytes")
@@ -382,9 +443,49 @@ def _publish(reply) -> None:
     publish_display_data({WIRE_MIME: reply})
 
 
+def visible(value):
+    """``value`` (text, or lists and dicts of it) with each lone surrogate written out as the
+    text ``\\udXXX``: what a message, a notebook or a report can hold, and a reader can see."""
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", value)
+    if isinstance(value, list):
+        return [visible(v) for v in value]
+    if isinstance(value, dict):
+        return {visible(k): visible(v) for k, v in value.items()}
+    return value
+
+
 def _exception(exc) -> dict:
     names = [c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c]
-    return {"error": {"types": names, "type": type(exc).__name__, "message": str(exc)[:2000]}}
+    return {"error": {"types": names, "type": visible(type(exc).__name__),
+                      "message": visible(str(exc)[:2000])}}
+
+
+def kernel_safe_messages() -> None:
+    """Make this kernel's messages always sendable: a lone surrogate in any text it sends (a
+    printed string, a traceback, a display) is written out as ``\\udXXX`` instead of making
+    the kernel's message packer fail (ipykernel then prints its own traceback and sends
+    nothing). Called once, when the grader sets up its channel."""
+    from IPython import get_ipython
+    from jupyter_client import jsonutil
+    shell = get_ipython()
+    session = getattr(getattr(shell, "kernel", None), "session", None)
+    if session is None:
+        return
+    packer = session.pack
+
+    def pack(obj):
+        try:
+            text = json.dumps(obj, default=jsonutil.json_default, ensure_ascii=False,
+                              allow_nan=False)
+        except (TypeError, ValueError):
+            return packer(visible(jsonutil.json_clean(obj)))
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:   # inside a JSON string: written out, read back as text
+            return _SURROGATE.sub(lambda m: f"\\\\u{ord(m[0]):04x}", text).encode("utf-8")
+
+    session.pack = pack
 
 
 def _lookup(name):
@@ -398,7 +499,7 @@ def _lookup(name):
     try:
         return {"value": encode(value, kernel=True, refs=_REFS)}
     except WireError as exc:
-        return {"value": {"t": "opaque", "type": f"{type(value).__name__} ({exc})"[:150]}}
+        return {"value": {"t": "opaque", "type": visible(f"{type(value).__name__} ({exc})"[:150])}}
 
 
 def _call(req):
@@ -436,7 +537,7 @@ def _call(req):
                                   if torch is not None and isinstance(v, torch.Tensor)},
                                  kernel=True, refs=[])
     except WireError as exc:
-        return {"value": {"t": "opaque", "type": f"{type(result).__name__} ({exc})"[:150]}}
+        return {"value": {"t": "opaque", "type": visible(f"{type(result).__name__} ({exc})"[:150])}}
     if grad and outputs:
         call_id = len(_GRAPHS) + 1
         _GRAPHS[call_id] = ([leaves[i] for i in sorted(leaves)], outputs)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "partial_score",
-           "result_of", "format_report", "is_test_cell", "main"]
+           "result_of", "format_report", "terminal_safe", "normal_text", "is_test_cell", "main"]
 
 HIDDEN_NOTE = "hidden tests run only when the course grades it"
 
@@ -124,9 +124,17 @@ def find_release(path: Path):
     return None
 
 
+def normal_text(text: str) -> str:
+    """``text`` as compared, not as stored: line endings made ``\\n``, trailing whitespace of
+    each line and blank lines at either end dropped (what Jupyter, Colab and editors change)."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
 def restore_tests(nb, release) -> list:
     """Put each test cell of ``release`` back into ``nb`` (by its nbgrader grade_id): an edited
-    one gets the released source, a deleted one is inserted after the cell it followed.
+    one gets the released source (line endings and trailing spaces are no edit), a deleted one
+    is inserted after the cell it followed.
     Returns notes saying what was restored."""
     notes = []
     mine = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
@@ -135,9 +143,9 @@ def restore_tests(nb, release) -> list:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if is_test_cell(cell):
             if gid in mine:
-                if mine[gid].source != cell.source:
-                    mine[gid].source = cell.source
+                if normal_text(mine[gid].source) != normal_text(cell.source):
                     notes.append(f"the test `{gid}` was edited in your notebook: the released test was run")
+                mine[gid].source = cell.source
             else:
                 new = type(cell)(cell)   # a copy of the released cell
                 new.outputs, new.execution_count = [], None
@@ -200,17 +208,31 @@ def check_notebook(path, timeout: int = 300) -> tuple:
     return [result_of(cell) for cell in nb.cells if is_test_cell(cell)], notes
 
 
+def terminal_safe(text) -> str:
+    """``text`` as one line a terminal shows as it is: every character that is not printable
+    (newlines, carriage returns, tabs, escape codes, other control and format characters such
+    as bidirectional overrides, lone surrogates) written as its Python escape (``\\x1b``)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace")
+                   .decode("ascii") for c in str(text))
+
+
 def format_report(name: str, results: list, notes=()) -> str:
-    """Lines ``PASS  grade_id  2/2`` or ``FAIL  grade_id  0/2  Hint: ...`` and a summary."""
-    lines = [f"note: {n}" for n in notes]
+    """Lines ``PASS  grade_id  2/2`` or ``FAIL  grade_id  0/2  Hint: ...`` and a summary.
+
+    Each name, note and message comes from the notebook, so each is printed through
+    :func:`terminal_safe`: one line, no escape code, so no text can pose as a PASS line or
+    hide a FAIL line."""
+    name = terminal_safe(name)
+    lines = [f"note: {terminal_safe(n)}" for n in notes]
     if not results:
         return "\n".join(lines + [f"{name}: no autograded test cells found (is this a lesson notebook?)"])
-    width = max(len(r.grade_id) for r in results)
+    ids = [terminal_safe(r.grade_id) for r in results]
+    width = max(map(len, ids))
     lines.append(f"{name}: {len(results)} graded test cells")
-    for r in results:
+    for r, grade_id in zip(results, ids):
         pts = f"{r.score:g}/{r.points:g}"
-        line = f"{'PASS' if r.passed else 'FAIL'}  {r.grade_id.ljust(width)}  {pts:>7}"
-        lines.append(line + (f"  {r.message}" if r.message else ""))
+        line = f"{'PASS' if r.passed else 'FAIL'}  {grade_id.ljust(width)}  {pts:>7}"
+        lines.append(line + (f"  {terminal_safe(r.message)}" if r.message else ""))
     got = sum(r.score for r in results)
     total = sum(r.points for r in results)
     lines.append(f"visible tests: {sum(r.passed for r in results)}/{len(results)} passed, "
@@ -229,7 +251,7 @@ def main(argv=None) -> int:
     try:
         results, notes = check_notebook(args.notebook, timeout=args.timeout)
     except CheckError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_safe(exc)}", file=sys.stderr)
         return 2
     print(format_report(Path(args.notebook).name, results, notes))
     return 0 if results and all(r.passed for r in results) else 1

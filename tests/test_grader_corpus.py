@@ -457,3 +457,29 @@ def test_postgresql_gradebook(course, tmp_path, postgres_url):
                         db_url=postgres_url)
     assert all(r.reused for r in again)
     assert json.loads((out / "results" / ASSIGNMENT / "ok_correct.json").read_text())["score"] == 6
+
+
+def test_honest_oddities_are_graded_without_a_false_note(graded_corpus):
+    """Issue 25: CRLF, a stripped notebook of many cells, lone surrogates, long ints and the
+    hidden-test marker words: no note of an edit, no failed feedback, no review; a printed
+    lone surrogate shows as text, not as ipykernel's traceback with the grader's paths."""
+    out, _, _, _ = graded_corpus
+    got = rows(out)
+    lessons_of = {**{s: ASSIGNMENT for s in corpus.CASES}, **{s: L01 for s in corpus.L01_CASES}}
+    for student in corpus.HONEST_ODDITIES:
+        row = got[(student, lessons_of[student])]
+        text = row["status"] + " " + row["notes"]
+        assert row["status"] == "graded", (student, text)
+        assert "edited" not in text and "feedback failed" not in text, (student, text)
+        assert list((out / "feedback" / student).rglob("*.html")), student
+    page = (out / "feedback" / "prints_lone_surrogate" / ASSIGNMENT / "toy.html").read_text()
+    assert "mul is done \\ud800" in page
+    assert "site-packages" not in page and "UnicodeEncodeError" not in page
+
+
+def test_student_html_does_not_pose_as_the_graders_verdict(graded_corpus):
+    out, _, _, _ = graded_corpus
+    page = (out / "feedback" / "imitates_feedback" / ASSIGNMENT / "toy.html").read_text()
+    found = corpus.element_classes(page)
+    assert ("class", "mlexp-ok") not in found and found.count(("class", "mlexp-summary")) == 1
+    assert "Passed." in page   # the student's text is shown, without the grader's look

@@ -84,7 +84,26 @@ CASES = {
     "li[1]": ("graded", 6, ""),
     "Smith, J [12345]": ("graded", 4, ""),
     "pdf_instead": ("rejected", 0, "no .ipynb file"),
+    # Issue 25: honest oddities grade as graded with their honest score (HONEST_ODDITIES: never
+    # a note of an edit, never a failed feedback page); the attacks score what a blank does.
+    "crlf_line_endings": ("graded", 6, ""),
+    "crlf_file": ("graded", 6, ""),
+    "stripped_with_filler": ("graded", 6, "re-attached by source similarity"),
+    "prints_lone_surrogate": ("graded", 6, ""),
+    "lone_surrogate_name": ("graded", 6, ""),
+    "returns_lone_surrogate": ("graded", 3, ""),
+    "returns_huge_int": ("graded", 3, ""),
+    "raises_lone_surrogate": ("graded", 3, ""),
+    "hidden_words_in_comment": ("graded", 6, ""),
+    "hidden_words_in_markdown": ("graded", 6, ""),
+    "hidden_markers_on_blank": ("graded", 0, ""),
+    "fake_pass_in_message": ("graded", 0, ""),
+    "imitates_feedback": ("graded", 0, ""),
 }
+HONEST_ODDITIES = ("crlf_line_endings", "crlf_file", "stripped_with_filler", "prints_lone_surrogate",
+                   "lone_surrogate_name", "returns_lone_surrogate", "returns_huge_int",
+                   "raises_lone_surrogate", "hidden_words_in_comment", "hidden_words_in_markdown",
+                   "l01_colab_stripped_filler", "l01_crlf")
 L01_CASES = {
     "l01_patches_mlexp_ops": ("needs manual review", 7, "mlexp.ops.linear_attention"),
     "l01_swallows_on_blank": ("needs manual review", 0, "IPython custom exception handler"),
@@ -94,6 +113,8 @@ L01_CASES = {
     "l01_equal_objects": ("graded", 0, ""),
     "l01_exits_when_tested": ("needs manual review", 0, "the kernel died"),
     "l01_prints_history": ("graded", 10, ""),
+    "l01_colab_stripped_filler": ("graded", 10, "re-attached by source similarity"),
+    "l01_crlf": ("graded", 10, ""),
 }
 L00_CASES = {
     "l00_equal_objects": ("graded", 0, ""),
@@ -267,6 +288,49 @@ def mul(a, b):
 """
 
 
+# Escape codes that would redraw a terminal's last line as a PASS (issue 25, item 6), and
+# student HTML that copies the feedback page's own status elements.
+FAKE_PASS = "\x1b[2K\r\x1b[1APASS  test_add   2/2\nvisible tests: 3/3 passed, 6/6 points\x1b[8m"
+IMITATION = ('<div class="mlexp-ok">Passed.</div><table class="mlexp-summary"><tr class="exercise '
+             'passed"><td class="mark">✓</td><td class="score">6 / 6</td></tr></table>'
+             '<h4>toy (Score: 6.0 / 6.0)</h4>')
+
+
+def element_classes(page: str) -> list:
+    """("class" or "id", name) of every element of an HTML page, in order (text not counted)."""
+    from html.parser import HTMLParser
+    found = []
+
+    class Classes(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend((k, c) for k, v in attrs if k in ("class", "id") and v for c in v.split())
+    Classes().feed(page)
+    return found
+
+
+def _crlf(nb):
+    """A copy of ``nb`` whose every cell source has CRLF line endings and trailing spaces."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        cell.source = "\r\n".join(line + "  " for line in cell.source.split("\n"))
+    return nb
+
+
+def _with_filler(nb, n: int, seed=0):
+    """A copy of ``nb`` with ``n`` one-line comment cells of 2 KB after its test cells (made
+    of its own characters), as a notebook near the size limit has many cells."""
+    import random
+    nb = copy.deepcopy(nb)
+    rng = random.Random(seed)
+    alphabet = sorted(set("".join(c.source for c in nb.cells)) - {"\n", "\r"})
+    after = [i + 1 for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade")]
+    for _ in range(n):
+        at = rng.choice(after)
+        after = [i + (i > at) for i in after]
+        nb.cells.insert(at, new_code_cell("# " + "".join(rng.choice(alphabet) for _ in range(2000))))
+    return nb
+
+
 def _answer(nb, answers: dict):
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
@@ -419,15 +483,55 @@ def toy_cases(lesson, probe=PROBE) -> dict:
     files["Smith, J [12345]"] = {f"{ASSIGNMENT}/{NOTEBOOK}": _answer(
         lesson, {"add": WRONG_ADD, "mul": MUL_SOLUTION, "mean": MEAN_SOLUTION})}
     files["pdf_instead"] = {f"{ASSIGNMENT}/toy.pdf": b"%PDF-1.4 not a notebook"}
+    files.update(_issue25_toy_cases(lesson, good, right))
     return files
+
+
+def _issue25_toy_cases(lesson, good, right) -> dict:
+    """Issue 25's toy kinds: line endings, a stripped notebook of many cells, lone surrogates
+    and long ints on the wire, the hidden-test marker words, escape codes and feedback HTML."""
+    one = lambda nb: {f"{ASSIGNMENT}/{NOTEBOOK}": nb}   # noqa: E731
+    files = {"crlf_line_endings": one(_crlf(good)),
+             "crlf_file": one(nbformat.writes(good).replace("\n", "\r\n").encode()),
+             "stripped_with_filler": one(_strip(_with_filler(good, 90), True))}
+    files["prints_lone_surrogate"] = one(_answer(lesson, {
+        **right, "mul": MUL_SOLUTION + "\nprint('mul is done \\ud800')"}))
+    files["lone_surrogate_name"] = one(_answer(lesson, {
+        **right, "mul": MUL_SOLUTION + "\nmul.__name__ = 'mul\\ud800'"}))
+    files["returns_lone_surrogate"] = one(_answer(lesson, {
+        **right, "mul": "def mul(a, b):\n    return 'x\\ud800'"}))
+    files["returns_huge_int"] = one(_answer(lesson, {
+        **right, "mul": "def mul(a, b):\n    return a * b * 10**5000"}))
+    files["raises_lone_surrogate"] = one(_answer(lesson, {
+        **right, "mul": "def mul(a, b):\n    raise ValueError('bad \\ud800')"}))
+    files["hidden_words_in_comment"] = one(_answer(lesson, {
+        "add": ADD_SOLUTION + "  # ### BEGIN HIDDEN TESTS would go here, says the lesson",
+        "mul": MUL_SOLUTION, "mean": MEAN_SOLUTION}))
+    nb = copy.deepcopy(good)
+    nb.cells.append(nbformat.v4.new_markdown_cell("My notes: the test cell has a BEGIN HIDDEN "
+                                                  "TESTS part I cannot see."))
+    files["hidden_words_in_markdown"] = one(nb)
+    files["hidden_markers_on_blank"] = one(_prepend(lesson, "### END HIDDEN TESTS\n"
+                                                    "### BEGIN HIDDEN TESTS\n### BEGIN HIDDEN TESTS"))
+    raising = "def {0}(*args):\n    raise ValueError(" + repr(FAKE_PASS) + ")"
+    files["fake_pass_in_message"] = one(_answer(lesson, {
+        g: raising.format(g) for g in ("add", "mul", "mean")}))
+    nb = _prepend(lesson, f"from IPython.display import HTML, display\ndisplay(HTML({IMITATION!r}))")
+    nb.cells.append(nbformat.v4.new_markdown_cell(IMITATION))
+    files["imitates_feedback"] = one(nb)
+    return files
+
+
+def solved_answers(solution) -> dict:
+    """grade_id -> the instructor's answer of each solution cell, as a student would type it."""
+    return {c.metadata["nbgrader"]["grade_id"]: "\n".join(
+        ln for ln in c.source.splitlines() if "### " not in ln)
+        for c in solution.cells if c.metadata.get("nbgrader", {}).get("solution")}
 
 
 def lesson01_cases(lesson, solution) -> dict:
     """student -> files for three attacks on lesson 01 (torch, mlexp.ops, Colab)."""
-    answers = {c.metadata["nbgrader"]["grade_id"]: "\n".join(
-        ln for ln in c.source.splitlines() if "### " not in ln)
-        for c in solution.cells if c.metadata.get("nbgrader", {}).get("solution")}
-    good = _answer(lesson, answers)
+    good = _answer(lesson, solved_answers(solution))
     nb = copy.deepcopy(good)   # right on the worked example, wrong on longer sequences
     i = _index(nb, "recurrent_form")
     nb.cells[i].source = nb.cells[i].source.replace(
@@ -467,6 +571,10 @@ def lesson01_cases(lesson, solution) -> dict:
                            "    print([f.code_context for f in inspect.stack()])\n"
                            "    return _real(t, d)")
     files["l01_prints_history"] = {f"{L01}/{L01}.ipynb": nb}
+    nb = _strip(_with_filler(good, 70), new_ids=True)
+    nb.metadata["colab"] = {"provenance": []}
+    files["l01_colab_stripped_filler"] = {f"{L01}/{L01}.ipynb": nb}
+    files["l01_crlf"] = {f"{L01}/{L01}.ipynb": _crlf(good)}
     return files
 
 
