@@ -382,6 +382,24 @@ class HarnessClient(NotebookClient):
         self.notebook_left -= size
         return super().output(outs, msg, display_id, cell_index)
 
+    def _update_display_id(self, display_id, msg):
+        """An update of an earlier display (``update_display_data``, or a display with the same
+        id) replaces its data in every output that shows it, which nbclient does without
+        passing through :meth:`output`: here the growth is charged to the same caps, and an
+        update that does not fit is dropped (and noted like any capped output)."""
+        if self.request_mode:
+            return
+        targets = [(c, i) for c, idxs in self._display_id_map.get(display_id, {}).items()
+                   for i in idxs if c < len(self.nb.cells) and i < len(self.nb.cells[c].outputs)]
+        new = _data_size(msg.get("content", {}).get("data", {}))
+        growth = sum(new - _data_size(self.nb.cells[c].outputs[i].get("data", {})) for c, i in targets)
+        if growth > max(0, min(self.cell_left, self.notebook_left)):
+            self.dropped += growth
+            return
+        self.cell_left -= growth
+        self.notebook_left -= growth
+        super()._update_display_id(display_id, msg)
+
     def run_cell(self, cell, index, limit):
         """Execute one of the student's cells within ``limit`` seconds; cap its output; mark a
         time limit."""
@@ -460,7 +478,11 @@ def _output_size(msg) -> int:
         return len(str(content.get("text", "")))
     if msg["msg_type"] == "error":
         return sum(len(str(x)) for x in content.get("traceback", [])) + len(str(content.get("evalue", "")))
-    data = content.get("data", {})
+    return _data_size(content.get("data", {}))
+
+
+def _data_size(data) -> int:
+    """Characters of a display's data bundle, as the caps count them."""
     return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values())
 
 

@@ -127,3 +127,26 @@ def test_tampering_is_flagged_even_with_the_report_silenced(tmp_path, kind):
         assert any("image/png" in o.get("data", {}) for o in executed.cells[0].outputs), executed.cells[0].outputs
     else:
         assert "math.sqrt" in report["tampered"], report
+
+
+# Item 4: updating a display (by its id) passes the same output caps as any output.
+DISPLAYS = ("from IPython.display import display\n"
+            "handles = [display({'text/plain': 'x'}, raw=True, display_id=True) for _ in range(8)]\n")
+UPDATES = ("for h in handles:\n"
+           "    h.update({'text/plain': 'y' * 200_000}, raw=True)\n")
+
+
+@pytest.mark.slow
+def test_display_updates_pass_the_output_caps(tmp_path):
+    cells = [nbformat.v4.new_code_cell(DISPLAYS), nbformat.v4.new_code_cell(UPDATES),
+             nbformat.v4.new_code_cell("display({'text/plain': 'z'}, raw=True, display_id='late')\n"
+                                       "update_display({'text/plain': 'w' * 1000}, raw=True, display_id='late')")]
+    cells[2].source = "from IPython.display import display, update_display\n" + cells[2].source
+    executed, report = run_submission(nbformat.v4.new_notebook(cells=cells), tmp_path,
+                                      GradingOptions(cell_timeout=60, cell_output_kb=64,
+                                                     notebook_output_kb=256))
+    assert not report["kernel"], report
+    size = len(nbformat.writes(executed))
+    assert size < 300_000, size                       # 8 x 200 kB of updates would be 1.6 MB
+    assert "output capped" in str(executed.cells[1].outputs), executed.cells[1].outputs
+    assert executed.cells[2].outputs[0]["data"]["text/plain"] == "w" * 1000   # small ones still apply
