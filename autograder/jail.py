@@ -18,6 +18,7 @@ Limits (``resource``): address space, CPU time, number of processes and threads,
 core files. Where bubblewrap cannot run (not Linux, not installed, user namespaces refused),
 :func:`probe` says why; the grader then refuses to run unless told to run unsandboxed.
 """
+import functools
 import json
 import os
 import random
@@ -45,6 +46,16 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 def _bwrap():
     return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=None)
+def _supports(option: str) -> bool:
+    """Whether this bubblewrap knows ``option`` (``--disable-userns`` came in 0.8)."""
+    try:
+        out = subprocess.run([_bwrap(), "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError, TypeError):
+        return False
+    return option in out.stdout + out.stderr
 
 
 def _system_binds() -> list:
@@ -147,6 +158,13 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
             continue   # never mount what a link points to
         args += ["--ro-bind", f"SRC:{f}", f"{SANDBOX_HOME}/{f.name}"]
     args += ["--bind", f"SRC:{ipc_dir}", str(ipc_dir), "--chdir", SANDBOX_HOME, "--clearenv"]
+    # Everything else read-only: the sandbox's root and /dev are tmpfs that bubblewrap makes
+    # without a size (/etc, /var/tmp, /dev would take any amount of memory); the writable places
+    # are the size-capped tmpfs above and the kernel's ipc folder. No nested user namespace
+    # (uid 0 and full capabilities inside it: the kernel surface Flatpak and Chrome close).
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    if _supports("--disable-userns"):
+        args += ["--disable-userns"]
     for k, v in env.items():
         args += ["--setenv", k, v]
     limits = {"memory_mb": options.memory_mb, "cpu_seconds": options.cpu_seconds,

@@ -150,3 +150,33 @@ def test_display_updates_pass_the_output_caps(tmp_path):
     assert size < 300_000, size                       # 8 x 200 kB of updates would be 1.6 MB
     assert "output capped" in str(executed.cells[1].outputs), executed.cells[1].outputs
     assert executed.cells[2].outputs[0]["data"]["text/plain"] == "w" * 1000   # small ones still apply
+
+
+# Items 3 and 8: only the size-capped tmpfs are writable, and no nested user namespace.
+WRITES = """import ctypes, os
+result = {}
+for path in ('/etc/x', '/var/tmp/x', '/dev/x', '/x', '/tmp/x', '/dev/shm/x'):
+    try:
+        with open(path, 'w') as f:
+            f.write('x')
+        result[path] = 'written'
+    except OSError as exc:
+        result[path] = type(exc).__name__
+libc = ctypes.CDLL(None, use_errno=True)
+result['userns'] = 'created' if libc.unshare(0x10000000) == 0 else 'refused'
+print(result)
+"""
+
+
+@pytest.mark.slow
+def test_only_capped_places_are_writable_and_no_nested_user_namespace(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(WRITES)])
+    executed, report = run_submission(nb, tmp_path, GradingOptions(cell_timeout=60))
+    assert not report["kernel"], report
+    import ast
+    [out] = [o for o in executed.cells[0].outputs if o.get("output_type") == "stream"]
+    result = ast.literal_eval(out["text"].strip())
+    assert result["/tmp/x"] == result["/dev/shm/x"] == "written", result
+    for path in ("/etc/x", "/var/tmp/x", "/dev/x", "/x"):
+        assert result[path] != "written", result
+    assert result["userns"] == "refused", result
