@@ -84,6 +84,38 @@ def l01_par(name, *edits, hint=None, hidden_only=False, source=None):
 
 
 REC_NORM = "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True)"
+LOOP_CALLS_OP = """
+def recurrent_linear_attention(q, k, v, normalize=True):
+    out = [linear_attention(q[:, :, :t + 1], k[:, :, :t + 1], v[:, :, :t + 1], normalize=normalize, eps=0.0)[0][:, :, -1]
+           for t in range(q.shape[2])]
+    return torch.stack(out, dim=2)
+"""
+PAR_LOOP = """
+def parallel_linear_attention(q, k, v, normalize=True):
+    rows = []
+    for t in range(q.shape[2]):
+        w = q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-1, -2)      # (B, H, 1, t + 1)
+        o = w @ v[:, :, :t + 1]
+        rows.append(o / w.sum(-1, keepdim=True) if normalize else o)
+    return torch.cat(rows, dim=2)
+"""
+PAR_LOOP_COMPREHENSION = """
+def parallel_linear_attention(q, k, v, normalize=True):
+    A = q @ k.transpose(-1, -2)
+    A = torch.stack([A[:, :, t] * (torch.arange(A.shape[-1]) <= t) for t in range(A.shape[2])], dim=2)
+    o = A @ v
+    return o / A.sum(-1, keepdim=True) if normalize else o
+"""
+PAR_WHERE_F64 = """
+def parallel_linear_attention(q, k, v, normalize=True):
+    T = q.shape[2]
+    keep = torch.arange(T)[:, None] >= torch.arange(T)[None, :]
+    A = torch.where(keep, q.double() @ k.double().transpose(-1, -2), 0.0)
+    o = A @ v.double()
+    if normalize:
+        o = o / A.sum(-1, keepdim=True)
+    return o.to(q.dtype)
+"""
 PAR_NORM = "o = o / A.sum(-1, keepdim=True)"
 PAR_MASK = "A = (q @ k.transpose(-1, -2)).tril()"
 CASES = [
@@ -149,6 +181,14 @@ def recurrent_linear_attention(q, k, v, normalize=True):
             "    return linear_attention(q, k, v, normalize=normalize)[0]", hint="it calls the library op"),
     l01_rec("calls the library's parallel path", source="def recurrent_linear_attention(q, k, v, normalize=True):\n"
             "    return linear_attention(q, k, v, normalize=normalize, impl='parallel')[0]", hint="it calls the library op"),
+    # The rule "write it yourself" is watched where the function runs (mlexp.rules), whatever the impl
+    # or the name the op is imported under (issue 26, item 1).
+    l01_rec("library's recurrent path", source="def recurrent_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize, impl='recurrent')[0]", hint="it calls the library op"),
+    l01_rec("library's chunk path, renamed", source="from mlexp.ops import linear_attention as la\n"
+            "def recurrent_linear_attention(q, k, v, normalize=True):\n"
+            "    return la(q, k, v, normalize=normalize, impl='chunk')[0]", hint="this exercise asks you to write it yourself"),
+    l01_rec("loop that calls the op per step", source=LOOP_CALLS_OP, hint="it calls the library op"),
     l01_rec("float32 state", ("S = q.new_zeros(B, H, D_k, D_v)", "S = torch.zeros(B, H, D_k, D_v)"),
             ("S = S + k[:, :, t, :, None] * v[:, :, t, None, :]", "S += k[:, :, t, :, None] * v[:, :, t, None, :]"),
             hint="with float64 inputs recurrent_linear_attention raised"),
@@ -166,6 +206,9 @@ def recurrent_linear_attention(q, k, v, normalize=True):
     l01_par("masked_fill with 0", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).masked_fill("
                                              "torch.ones(T, T, dtype=torch.bool).triu(1), 0.0)")),
     l01_par("einsum", (PAR_MASK, "A = torch.einsum('bhtk,bhsk->bhts', q, k).tril()")),
+    l01_par("torch.where mask, float64 inside", source=PAR_WHERE_F64),
+    l01_par("in-place tril_ and div_ on its own tensors", (PAR_MASK, "A = (q @ k.transpose(-1, -2))\n    A.tril_()"),
+            (PAR_NORM, "o.div_(A.sum(-1, keepdim=True))")),
     # ... and the slips.
     l01_par("diagonal dropped", (PAR_MASK, "A = (q @ k.transpose(-1, -2)).tril(-1)"), hint="mask drops the diagonal"),
     l01_par("minus infinity", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).masked_fill("
@@ -177,6 +220,16 @@ def recurrent_linear_attention(q, k, v, normalize=True):
     l01_par("no normaliser", (PAR_NORM, "pass"), hint="the normaliser is missing"),
     l01_par("calls the library op", source="def parallel_linear_attention(q, k, v, normalize=True):\n"
             "    return linear_attention(q, k, v, normalize=normalize)[0]", hint="it calls the library op"),
+    l01_par("library's parallel path", source="def parallel_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize, impl='parallel')[0]", hint="it calls the library op"),
+    l01_par("library's recurrent path, module import", source="import mlexp.ops as ops\n"
+            "def parallel_linear_attention(q, k, v, normalize=True):\n"
+            "    return ops.linear_attention(q, k, v, normalize=normalize, impl='recurrent')[0]",
+            hint="this exercise asks you to write it yourself"),
+    l01_par("loop over t", source=PAR_LOOP, hint="without a Python loop over t"),
+    l01_par("loop over t, list comprehension", source=PAR_LOOP_COMPREHENSION, hint="without a Python loop over t"),
+    l01_par("mask built by a loop over t", (PAR_MASK, "T = q.shape[2]\n    M = torch.stack([(torch.arange(T) <= t) for t in range(T)]).to(q.dtype)\n"
+                                                      "    A = (q @ k.transpose(-1, -2)) * M"), hint="without a Python loop over t"),
     l01_par("float32 mask", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).float() * torch.ones(T, T).tril()"),
             hint="with float64 inputs parallel_linear_attention raised"),
     l01_par("float32 output", ("    return o", "    return o.float()"), hint="float64 inputs must give a float64 output"),
@@ -297,6 +350,11 @@ L04, L05 = "04_hybrid_kv_cache", "05_inattention"
 JAMBA = "jamba_256k_gib = kv_cache_gib(n_attn_layers=4, n_kv_heads=8, head_dim=128, context=256 * 1024)"
 CROSS = "return -(-state // cache_per_token)                    # integer ceiling of state / cache_per_token"
 KEPT = "return dim      # one initial state y per token; every layer reads the same Y"
+
+
+def l04_layers(name, body, hint=None):
+    return Case(L04, "test_attention_layers", name, {"attention_layers": sol(
+        L04, "attention_layers", ("return [i for i in range(n_layers) if i % period == offset]", body))}, hint)
 CASES += [
     # Jamba at 256K: the query-head slip and "all layers, no factor 2" give the same number; the hint says both (item 6).
     Case(L04, "test_jamba_cache", "query heads", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("n_kv_heads=8", "n_kv_heads=32")))}, "4x too large"),
@@ -309,6 +367,26 @@ CASES += [
     Case(L04, "test_crossover", "floor", {"crossover": sol(L04, "crossover", (CROSS, "return state // cache_per_token"))}, "rounds down"),
     Case(L04, "test_crossover", "fraction", {"crossover": sol(L04, "crossover", (CROSS, "return state / cache_per_token"))}, "a fraction of a token"),
     Case(L04, "test_crossover", "text", {"crossover": sol(L04, "crossover", (CROSS, "return str(-(-state // cache_per_token))"))}, "should return a number of tokens"),
+    # Plain Python, not mlexp.kvcache: watched where the function runs (issue 26, item 1); and correct variants.
+    l04_layers("list comprehension", "return [i for i in range(n_layers) if i % period == offset]"),
+    l04_layers("range with a step", "return list(range(offset, n_layers, period))"),
+    l04_layers("loop and append", "out = []\n    for i in range(n_layers):\n        if i % period == offset:\n            out.append(i)\n    return out"),
+    l04_layers("tuple of numpy ints", "import numpy as np\n    return tuple(np.arange(n_layers)[np.arange(n_layers) % period == offset])"),
+    l04_layers("mlexp.kvcache helper", "return kc.attention_layer_indices(n_layers, period, offset)", "Use plain Python, not mlexp.kvcache"),
+    l04_layers("mlexp.kvcache layer kinds", "return [i for i, t in enumerate(kc.layer_types(n_layers, period, offset)) if t == 'attention']",
+               "this exercise asks you to write it yourself"),
+    Case(L04, "test_jamba_cache", "mlexp.kvcache bytes", {"jamba_cache": sol(L04, "jamba_cache", (
+        "n_bytes = 2 * n_attn_layers * n_kv_heads * head_dim * bytes_per_number * context",
+        "n_bytes = kc.kv_cache_bytes(n_attn_layers, n_kv_heads, head_dim, context, dtype={1: 'int8', 2: 'bf16', 4: 'fp32'}[bytes_per_number])"))},
+        "Use plain Python arithmetic, not mlexp.kvcache"),
+    Case(L04, "test_jamba_cache", "bytes per token first", {"jamba_cache": sol(L04, "jamba_cache", (
+        "n_bytes = 2 * n_attn_layers * n_kv_heads * head_dim * bytes_per_number * context",
+        "per_token = 2 * n_attn_layers * n_kv_heads * head_dim * bytes_per_number\n    n_bytes = per_token * context"))}),
+    Case(L04, "test_jamba_cache", "GiB as 1024 cubed", {"jamba_cache": sol(L04, "jamba_cache", ("return n_bytes / 2**30", "return n_bytes / 1024 / 1024 / 1024"))}),
+    Case(L04, "test_crossover", "mlexp.kvcache crossover", {"crossover": sol(L04, "crossover", (CROSS, "return kc.crossover_context(cache_per_token, state)"))},
+         "Use plain Python, not mlexp.kvcache"),
+    Case(L04, "test_crossover", "counted up", {"crossover": sol(L04, "crossover", (CROSS, "T = 0\n    while T * cache_per_token < state:\n        T += 1\n    return T"))}),
+    Case(L04, "test_crossover", "divmod", {"crossover": sol(L04, "crossover", (CROSS, "n, r = divmod(state, cache_per_token)\n    return n + (r > 0)"))}),
     # What InAttention keeps: Y or the token id, both right (item 15).
     Case(L05, "test_cache_per_token", "token id", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 1      # the token id; Y is looked up again"))}),
     Case(L05, "test_cache_per_token", "a state per layer", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return n_layers * dim"))}, "keeps a state per layer"),
