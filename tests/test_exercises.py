@@ -393,6 +393,63 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------------------ lesson 06
+L06 = "06_recall_per_byte"
+GATE_MASK = 'L = torch.where(causal, diff, float("-inf")).exp()            # masked before exp: exactly 0 above'
+GATE_OUT = "return (L * (q @ k.transpose(-1, -2))) @ v                    # (B, H, T, T) @ (B, H, T, d_v)"
+GATE_LOOP = """
+def parallel_scalar_gate(q, k, v, g):
+    B, H, T, d_k = q.shape
+    S = q.new_zeros(B, H, d_k, v.shape[-1])
+    out = []
+    for t in range(T):
+        S = g[:, :, t, None, None].exp() * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        out.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))
+    return torch.stack(out, dim=2)
+"""
+MEMORY_FROM_CAPSTONE = """
+def memory_per_sequence(layers, context, dim=64, n_heads=4, window=None, bytes_per_number=2):
+    from mlexp.capstone import Design
+    design = Design("mine", tuple(layers), window)
+    dtype = {2: "bf16", 4: "fp32"}[bytes_per_number]
+    return memory_bytes(design, context, dim, n_heads, dtype, conv_kernel=1)["total_bytes"]
+"""
+
+
+def l06_gate(name, *edits, hint=None, source=None):
+    return Case(L06, "test_parallel_gate", name, {"parallel_gate": source or sol(L06, "parallel_gate", *edits)}, hint)
+
+
+def l06_library(impl):
+    return ("def parallel_scalar_gate(q, k, v, g):\n"
+            f"    return gated_linear_attention(q, k, v, g, impl={impl!r})[0]")
+
+
+CASES += [
+    # Correct variants: masking before exp in other ways, float64 inside, einsum (issue 26, item 7).
+    l06_gate("solution"),
+    l06_gate("masked_fill before exp", (GATE_MASK, 'L = diff.masked_fill(~causal, float("-inf")).exp()')),
+    l06_gate("clamped exponent, then masked", (GATE_MASK, "L = diff.clamp(max=0).exp() * causal")),
+    l06_gate("float64 inside, input dtype out", (GATE_OUT, "return ((L.double() * (q.double() @ k.double().transpose(-1, -2))) @ v.double()).to(q.dtype)")),
+    l06_gate("einsum", (GATE_OUT, "return torch.einsum('bhts,bhtk,bhsk,bhsv->bhtv', L, q, k, v)")),
+    # The rules: no library op (any impl), no loop over t, the inputs' dtype (items 1 and 3).
+    l06_gate("library recurrent path", source=l06_library("recurrent"), hint="it calls the library op"),
+    l06_gate("library chunk path", source=l06_library("chunk"), hint="this exercise asks you to write it yourself"),
+    l06_gate("the recurrence as a loop over t", source=GATE_LOOP, hint="Build the whole (T, T) decay mask L at once"),
+    l06_gate("float64 output for float32 inputs", (GATE_OUT, "return (L.double() * (q.double() @ k.double().transpose(-1, -2))) @ v.double()"),
+             hint="float32 inputs gave a torch.float64 output"),
+    # Slips: the cumprod ratio and exp(b_t) exp(-b_s) overflow alike; the hint names both.
+    l06_gate("cumprod ratio", (GATE_MASK, "P = g.exp().cumprod(-1)\n    L = torch.where(causal, P[..., :, None] / P[..., None, :], 0.0)"),
+             hint="a ratio of running products of the gates"),
+    l06_gate("cumprod ratio, masked after", (GATE_MASK, "P = g.exp().cumprod(-1)\n    L = (P[..., :, None] / P[..., None, :]) * causal"),
+             hint="above the diagonal as well"),
+    l06_gate("exp product", (GATE_MASK, "L = torch.where(causal, b.exp()[..., :, None] * (-b).exp()[..., None, :], 0.0)"), hint="exp(b_t) * exp(-b_s)"),
+    # The memory of a design: plain Python, not mlexp.capstone.memory_bytes.
+    Case(L06, "test_memory", "solution", {}),
+    Case(L06, "test_memory", "memory_bytes", {"memory": MEMORY_FROM_CAPSTONE}, "not mlexp.capstone.memory_bytes"),
+]
+
+
 # ------------------------------------------------------------------------------ the tests
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_answer_gets_its_verdict(case):
