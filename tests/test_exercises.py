@@ -543,3 +543,64 @@ def test_lesson01_your_turn_separates_every_slip():
     for a, pa in rounded.items():
         for b, pb in rounded.items():
             assert a == b or max(abs(x - y) for x, y in zip(pa, pb)) > 0.05, (a, b, pa, pb)
+
+
+# ------------------------------------------------------------------------------ the catalogue follows the hints
+def _slip_hints(source: str) -> list:
+    """The text of every hint of a test cell that names a slip: the message of each assert that
+    the answer is *not* something (``assert not ...``, ``assert got != ...``), each value of a
+    ``slips``/``recognised`` table of wrong answers, and each rule's ``instead=`` text (mlexp.rules).
+    Formatted parts read as "{}", except names the cell binds to a string, which are filled in."""
+    import ast
+    tree = ast.parse(source)
+    strings = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+               for t in n.targets if isinstance(t, ast.Name)
+               and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+
+    def text(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else
+                           strings.get(getattr(v.value, "id", None), "{}") for v in node.values)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = text(node.left), text(node.right)
+            return (left or "{}") + (right or "{}") if left or right else None
+        return None
+
+    def negative(test):
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return True
+        if isinstance(test, ast.Compare):
+            return all(isinstance(op, (ast.NotEq, ast.NotIn)) for op in test.ops)
+        return isinstance(test, ast.BoolOp) and all(negative(v) for v in test.values)
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and node.msg is not None and negative(node.test):
+            found.append(text(node.msg))
+        elif isinstance(node, ast.Call):
+            found += [text(kw.value) for kw in node.keywords if kw.arg == "instead"]
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
+                getattr(t, "id", "") in ("slips", "recognised") for t in node.targets):
+            for value in node.value.values:
+                found.append(text(value.elts[-1] if isinstance(value, ast.Tuple) else value))
+    return [h for h in found if h and h.replace("{}", "").replace("Hint:", "").strip()]
+
+
+ALL_LESSONS = LESSONS + ["06_recall_per_byte"]
+
+
+@pytest.mark.parametrize("lesson", ALL_LESSONS)
+def test_every_slip_hint_has_a_catalogue_entry(lesson):
+    """Issue 26, item 4: each hint that names a slip is matched to a catalogued mistake of its test
+    cell (autograder.mistakes.match_mistake), so the class report never files it as "no hint
+    matched". Neutral hints (the final "expected ..., got ..." of an unforeseen answer), the
+    "not defined" and form checks are positive asserts and need no entry."""
+    from pathlib import Path
+    from autograder.mistakes import load_mistakes, match_mistake
+    mistakes = load_mistakes(Path(__file__).resolve().parent.parent, lesson)
+    missing = [f"{grade_meta(c)['grade_id']}: {hint[:100]!r}" for c in solution_notebook(lesson).cells
+               if is_test(c) for hint in _slip_hints(c.source)
+               if match_mistake(mistakes, grade_meta(c)["grade_id"], hint) is None]
+    assert not missing, f"{lesson}: hints with no entry in solutions/{lesson}/mistakes.json:\n" + "\n".join(missing)
