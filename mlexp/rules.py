@@ -24,7 +24,7 @@ import contextlib
 import sys
 from dataclasses import dataclass, field
 
-__all__ = ["Trace", "watching", "call", "write_it_yourself", "no_loop", "RULE_HINT"]
+__all__ = ["Trace", "watching", "call", "write_it_yourself", "no_loop", "digest", "RULE_HINT"]
 
 RULE_HINT = "this exercise asks you to write it yourself"
 MAX_USED = 8
@@ -159,3 +159,20 @@ def no_loop(fn, make_args, *, over: str = "t", lengths=(8, 32), forbid=(), inste
                              f"more torch operations the longer the sequence (a loop over {over}). "
                              + (instead or "Use whole-tensor operations over the sequence") + ".")
     return results
+
+
+def digest(value, salt: str, rounds: int = 100_000) -> str:
+    """A one-way mark of an answer, so that a visible test can recognise the right answer and the
+    typical wrong ones without holding them: numbers to 6 significant digits (ints and floats
+    alike), lists and tuples item by item. Slow on purpose (PBKDF2), so a table of guesses costs
+    time. Raises TypeError for anything else (a test checks the answer's form first)."""
+    import hashlib
+    return hashlib.pbkdf2_hmac("sha256", _canonical(value).encode(), salt.encode(), rounds).hex()[:24]
+
+
+def _canonical(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_canonical(v) for v in value) + "]"
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise TypeError(f"not a number: {value!r}")
+    return f"{float(value) + 0.0:.6g}"

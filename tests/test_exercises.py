@@ -352,6 +352,10 @@ CROSS = "return -(-state // cache_per_token)                    # integer ceilin
 KEPT = "return dim      # one initial state y per token; every layer reads the same Y"
 
 
+def l04_pure(name, edit, hint=None):
+    return Case(L04, "test_pure_attention", name, {"pure_attention": sol(L04, "pure_attention", edit)}, hint)
+
+
 def l04_layers(name, body, hint=None):
     return Case(L04, "test_attention_layers", name, {"attention_layers": sol(
         L04, "attention_layers", ("return [i for i in range(n_layers) if i % period == offset]", body))}, hint)
@@ -385,6 +389,32 @@ CASES += [
     Case(L04, "test_jamba_cache", "GiB as 1024 cubed", {"jamba_cache": sol(L04, "jamba_cache", ("return n_bytes / 2**30", "return n_bytes / 1024 / 1024 / 1024"))}),
     Case(L04, "test_crossover", "mlexp.kvcache crossover", {"crossover": sol(L04, "crossover", (CROSS, "return kc.crossover_context(cache_per_token, state)"))},
          "Use plain Python, not mlexp.kvcache"),
+    # Two slips give a crossover 2x too large; the hint names both (issue 26, item 3).
+    Case(L04, "test_crossover", "no factor 2 for K and V", {"crossover": sol(L04, "crossover", (
+        "cache_per_token = 2 * n_attn * n_kv_heads * head_dim * bytes_per_number", "cache_per_token = n_attn * n_kv_heads * head_dim * bytes_per_number"))},
+        "Two slips give exactly this number"),
+    Case(L04, "test_crossover", "cache in numbers, not bytes", {"crossover": sol(L04, "crossover", (
+        "cache_per_token = 2 * n_attn * n_kv_heads * head_dim * bytes_per_number", "cache_per_token = 2 * n_attn * n_kv_heads * head_dim"))},
+        "bytes_per_number left out of it"),
+    Case(L04, "test_crossover", "cache in all layers", {"crossover": sol(L04, "crossover", (
+        "cache_per_token = 2 * n_attn *", "cache_per_token = 2 * n_layers *"))}, "Only the attention layers"),
+    Case(L04, "test_crossover", "state in all layers", {"crossover": sol(L04, "crossover", (
+        "state = n_recurrent * state_bytes_per_layer", "state = n_layers * state_bytes_per_layer"))}, "counts a state in all"),
+    Case(L04, "test_crossover", "unforeseen", {"crossover": sol(L04, "crossover", (CROSS, "return 3 * (-(-state // cache_per_token))"))},
+         "not the context at which Qwen3-Next's cache"),
+    Case(L04, "test_crossover", "lookup table of the visible cases", {"crossover": sol(L04, "crossover", (
+        CROSS, "return {(48, 4): 1536, (12, 3): 53}.get((n_layers, attn_period), 1)"))}, "hybrid_crossover", hidden_only=True),
+    l04_layers("counted from 1", "return [i + 1 for i in range(n_layers) if i % period == offset]", "counted from 1"),
+    l04_layers("offset ignored", "return [i for i in range(n_layers) if i % period == 0]", "ignores the offset"),
+    l04_layers("count", "return len(range(offset, n_layers, period))", "not how many there are"),
+    Case(L04, "test_pure_attention", "solution", {}),
+    l04_pure("ratio of layer counts", ("hybrid_saving = pure_attention_256k_gib / jamba_gib", "hybrid_saving = 32 / 4")),
+    l04_pure("upside down", ("hybrid_saving = pure_attention_256k_gib / jamba_gib", "hybrid_saving = jamba_gib / pure_attention_256k_gib"), "upside down"),
+    l04_pure("28 former Mamba layers", ("pure_attention_256k_gib = 2 * 32 *", "pure_attention_256k_gib = 2 * 28 *"), "28 former Mamba layers"),
+    l04_pure("query heads", ("pure_attention_256k_gib = 2 * 32 * 8 *", "pure_attention_256k_gib = 2 * 32 * 32 *"), "uses the 32 query heads"),
+    Case(L04, "test_jamba_cache", "decimal GB", {"jamba_cache": sol(L04, "jamba_cache", ("return n_bytes / 2**30", "return n_bytes / 1e9"))}, "decimal GB"),
+    Case(L04, "test_jamba_cache", "bytes", {"jamba_cache": sol(L04, "jamba_cache", ("return n_bytes / 2**30", "return n_bytes"))}, "returns bytes"),
+    Case(L04, "test_jamba_cache", "256,000 tokens", {"jamba_cache": sol(L04, "jamba_cache", ("context=256 * 1024)", "context=256_000)"))}, "not 256,000"),
     Case(L04, "test_crossover", "counted up", {"crossover": sol(L04, "crossover", (CROSS, "T = 0\n    while T * cache_per_token < state:\n        T += 1\n    return T"))}),
     Case(L04, "test_crossover", "divmod", {"crossover": sol(L04, "crossover", (CROSS, "n, r = divmod(state, cache_per_token)\n    return n + (r > 0)"))}),
     # What InAttention keeps: Y or the token id, both right (item 15).
