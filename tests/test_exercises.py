@@ -352,6 +352,14 @@ CROSS = "return -(-state // cache_per_token)                    # integer ceilin
 KEPT = "return dim      # one initial state y per token; every layer reads the same Y"
 
 
+HAND_LN = ("mu = y.mean(-1, keepdim=True)\n"
+           "    y_norm = (y - mu) / torch.sqrt(y.var(-1, unbiased={unbiased}, keepdim=True) + norm.eps) * norm.weight + norm.bias")
+
+
+def l05_kv(name, edit, hint=None):
+    return Case(L05, "test_inattention_kv", name, {"inattention_kv": sol(L05, "inattention_kv", edit)}, hint)
+
+
 def l04_pure(name, edit, hint=None):
     return Case(L04, "test_pure_attention", name, {"pure_attention": sol(L04, "pure_attention", edit)}, hint)
 
@@ -417,6 +425,20 @@ CASES += [
     Case(L04, "test_jamba_cache", "256,000 tokens", {"jamba_cache": sol(L04, "jamba_cache", ("context=256 * 1024)", "context=256_000)"))}, "not 256,000"),
     Case(L04, "test_crossover", "counted up", {"crossover": sol(L04, "crossover", (CROSS, "T = 0\n    while T * cache_per_token < state:\n        T += 1\n    return T"))}),
     Case(L04, "test_crossover", "divmod", {"crossover": sol(L04, "crossover", (CROSS, "n, r = divmod(state, cache_per_token)\n    return n + (r > 0)"))}),
+    # The K/V path: other correct ways, and the slips of a hand-written LayerNorm; gradients in the visible part too.
+    l05_kv("solution", ("y_norm = norm(y)", "y_norm = norm(y)")),
+    l05_kv("F.linear and permute", ("k = w_k(y_norm).view(B, T, n_kv_heads, head_dim).transpose(1, 2)",
+                                    "k = torch.nn.functional.linear(y_norm, w_k.weight).reshape(B, T, n_kv_heads, head_dim).permute(0, 2, 1, 3)")),
+    l05_kv("hand-written LayerNorm", ("y_norm = norm(y)", HAND_LN.format(unbiased=False))),
+    l05_kv("functional layer_norm", ("y_norm = norm(y)", "y_norm = torch.nn.functional.layer_norm(y, y.shape[-1:], norm.weight, norm.bias, norm.eps)")),
+    l05_kv("unbiased variance", ("y_norm = norm(y)", HAND_LN.format(unbiased=True)), "divides by the unbiased variance"),
+    l05_kv("no scale and shift", ("y_norm = norm(y)", "y_norm = torch.nn.functional.layer_norm(y, y.shape[-1:], eps=norm.eps)"),
+           "without the LayerNorm's scale and shift"),
+    l05_kv("under no_grad", ("y_norm = norm(y)", "with torch.no_grad():\n        y_norm = norm(y)"), "no gradient reaches y"),
+    l05_kv("detached", ("y_norm = norm(y)", "y_norm = norm(y).detach()"), "no gradient reaches y"),
+    Case(L05, "test_cache_per_token", "bytes of Y", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 2 * dim"))}, "is twice Y"),
+    Case(L05, "test_cache_per_token", "K and V of every layer from Y", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 2 * n_layers * dim"))},
+         "K and V are not stored here"),
     # What InAttention keeps: Y or the token id, both right (item 15).
     Case(L05, "test_cache_per_token", "token id", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 1      # the token id; Y is looked up again"))}),
     Case(L05, "test_cache_per_token", "a state per layer", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return n_layers * dim"))}, "keeps a state per layer"),
