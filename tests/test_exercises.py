@@ -83,6 +83,12 @@ def l01_par(name, *edits, hint=None, hidden_only=False, source=None):
                 {"parallel_form": source or sol(L01, "parallel_form", *edits)}, hint, hidden_only)
 
 
+def l01_cost(name, attention="4 * t * d", state="4 * d * d", hint=None):
+    source = (f"import numpy as np\n\ndef attention_ops_per_token(t, d):\n    return {attention}\n\n\n"
+              f"def state_ops_per_token(d):\n    return {state}\n")
+    return Case(L01, "test_cost_per_token", name, {"cost_per_token": source}, hint)
+
+
 REC_NORM = "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True)"
 LOOP_CALLS_OP = """
 def recurrent_linear_attention(q, k, v, normalize=True):
@@ -198,6 +204,16 @@ def recurrent_linear_attention(q, k, v, normalize=True):
             ("        if normalize:\n", "        if True:\n"), hint="with normalize=False return"),
     l01_rec("unforeseen: scales the output", ("outputs.append(o_t)", "outputs.append(2 * o_t)"),
             hint="on the worked example expected (2, 0) then (0.5, 3)"),
+
+    # Operation counts: right in any numeric form; the two slips that give 2 t d named together; a string.
+    l01_cost("ints"), l01_cost("floats", "float(4 * t * d)", "float(4 * d * d)"),
+    l01_cost("numpy int", "np.int64(2 * t * d * 2)", "np.int64(d * d * 4)"),
+    l01_cost("summed parts", "sum([2 * t * d, 2 * t * d])", "sum(2 * d * d for _ in range(2))"),
+    l01_cost("scores only", "2 * t * d", hint="counts only the scores"),
+    l01_cost("one op per multiply-add", "t * d + t * d", hint="a multiply and an add as one operation"),
+    l01_cost("string", "'160'", hint="returned the text '160'"),
+    l01_cost("state update only", state="2 * d * d", hint="is the update alone"),
+    l01_cost("unforeseen", "3 * t * d", hint="returned 120"),
 
     # The parallel form: documented-correct variants ...
     l01_par("eps 1e-6", (PAR_NORM, "o = o / (A.sum(-1, keepdim=True) + 1e-6)")),
