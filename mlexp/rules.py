@@ -165,7 +165,7 @@ def digest(value, salt: str, rounds: int = 100_000) -> str:
     """A one-way mark of an answer, so that a visible test can recognise the right answer and the
     typical wrong ones without holding them: numbers to 6 significant digits (ints and floats
     alike), lists and tuples item by item. Slow on purpose (PBKDF2), so a table of guesses costs
-    time. Raises TypeError for anything else (a test checks the answer's form first)."""
+    time. Anything else (a string, None) gets a mark of its type, which matches no number's."""
     import hashlib
     return hashlib.pbkdf2_hmac("sha256", _canonical(value).encode(), salt.encode(), rounds).hex()[:24]
 
@@ -173,6 +173,9 @@ def digest(value, salt: str, rounds: int = 100_000) -> str:
 def _canonical(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_canonical(v) for v in value) + "]"
-    if isinstance(value, (str, bytes, bool)) or value is None:
-        raise TypeError(f"not a number: {value!r}")
-    return f"{float(value) + 0.0:.6g}"
+    try:
+        if isinstance(value, (str, bytes, bool)) or value is None:
+            raise TypeError
+        return f"{float(value) + 0.0:.6g}"
+    except (TypeError, ValueError, OverflowError):
+        return f"<{type(value).__name__}>"

@@ -252,6 +252,40 @@ def recurrent_linear_attention(q, k, v, normalize=True):
 ]
 
 
+# ------------------------------------------------------------------------------ lesson 00
+L00 = "00_token_mixing"
+
+
+def l00_reach(name, body, hint=None):
+    return Case(L00, "test_reach", name, {"reach": f"def conv_reach(n_layers, k):\n    return {body}\n"}, hint)
+
+
+def l00_kv(name, edits, hint=None):
+    return Case(L00, "test_kv_bytes", name, {"kv_bytes": sol(L00, "kv_bytes", *edits)}, hint)
+
+
+GQA = "gqa_bytes = kv_bytes_per_token(n_layers=32, n_kv_heads=8, head_dim=128, bytes_per_number=2)"
+RATIO = "mha_over_gqa = kv_bytes_per_token(32, 32, 128, 2) / gqa_bytes"
+CASES += [
+    # Visible tests recognise answers through a digest (issue 26, item 2): right in any numeric form ...
+    l00_reach("formula", "n_layers * (k - 1) + 1"), l00_reach("float", "float(n_layers * k - n_layers + 1)"),
+    l00_reach("loop", "sum(k - 1 for _ in range(n_layers)) + 1"), l00_reach("numpy", "__import__('numpy').int64(n_layers) * (k - 1) + 1"),
+    # ... each slip named, a string or an unforeseen number gets the neutral hint.
+    l00_reach("L k", "n_layers * k", "counts the shared position once per layer"),
+    l00_reach("L (k - 1)", "n_layers * (k - 1)", "leaves out the current position"),
+    l00_reach("k^L", "k ** n_layers", "not multiplicatively"),
+    l00_reach("string", "str(n_layers * (k - 1) + 1)", "not the number of input positions"),
+    l00_reach("unforeseen", "2 * n_layers * (k - 1) + 1", "not the number of input positions"),
+    l00_kv("typed numbers", [(GQA, "gqa_bytes = 131072"), (RATIO, "mha_over_gqa = 4")]),
+    l00_kv("float ratio", [(RATIO, "mha_over_gqa = 32 / 8")]),
+    l00_kv("no factor 2", [("return 2 * n_layers", "return n_layers")], "factor 2 for K and V is missing"),
+    l00_kv("query heads", [(GQA, "gqa_bytes = kv_bytes_per_token(32, 32, 128, 2)")], "counts the 32 query heads"),
+    l00_kv("16 bytes", [(GQA, "gqa_bytes = kv_bytes_per_token(32, 8, 128, 16)")], "16 bytes per number"),
+    l00_kv("upside down", [(RATIO, "mha_over_gqa = gqa_bytes / kv_bytes_per_token(32, 32, 128, 2)")], "upside down"),
+    l00_kv("ratio as text", [(RATIO, "mha_over_gqa = '4x'")], "should be (cache with 32 kv heads)"),
+]
+
+
 # ------------------------------------------------------------------------------ lesson 02
 L02 = "02_fixed_state_recall"
 
