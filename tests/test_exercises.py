@@ -311,7 +311,7 @@ CASES += [
     l02("test_largest_exact", "largest_exact", "d_v", largest("d_v"), "the width of the values does not limit"),
     l02("test_largest_exact", "largest_exact", "d_k - 1", largest("d_k - 1"), "is one short"),
     l02("test_largest_exact", "largest_exact", "d_k + 1", largest("d_k + 1"), "is one too many"),
-    l02("test_largest_exact", "largest_exact", "unforeseen", largest("d_k + d_v"), "least squares recalls up to"),
+    l02("test_largest_exact", "largest_exact", "unforeseen", largest("d_k + d_v"), "least squares recalls a different number"),
     # The crossover: at least as many numbers, the one definition lessons 02 and 04 share (item 8).
     l02("test_cache_vs_state", "cache_vs_state", "math.ceil", reaches("math.ceil(d_k * d_v / (d_k + d_v))", "import math\n")),
     l02("test_cache_vs_state", "cache_vs_state", "counted", reaches("next(t for t in range(1, d_k * d_v + 1) if t * (d_k + d_v) >= d_k * d_v)")),
@@ -321,7 +321,7 @@ CASES += [
     l02("test_cache_vs_state", "cache_vs_state", "equal point", reaches("d_k * d_v / (d_k + d_v)"), "a fraction of a token"),
     l02("test_cache_vs_state", "cache_vs_state", "keys only", reaches("d_v"), "counts only keys"),
     l02("test_cache_vs_state", "cache_vs_state", "text", reaches("str(d_k * d_v // (d_k + d_v))"), "should return a number of tokens"),
-    l02("test_cache_vs_state", "cache_vs_state", "unforeseen", reaches("d_k // 2"), "expected 28, got 32"),
+    l02("test_cache_vs_state", "cache_vs_state", "unforeseen", reaches("d_k // 2"), "you answered 32, not the first t"),
     # Write, read and crosstalk: other correct ways.
     l02("test_write_read", "write_read", "einsum and matmul",
         "def write(S, k, v):\n    return S + k[:, None] * v[None, :]\n\ndef read(S, q):\n    return torch.einsum('k,kv->v', q, S)"),
@@ -330,6 +330,8 @@ CASES += [
         "def write(S, k, v):\n    v.mul_(2)\n    return S + torch.outer(k, v)\n\ndef read(S, q):\n    return q @ S",
         "write changed v in place"),
     l02("test_crosstalk", "crosstalk", "read minus value", "def crosstalk(keys, values):\n    return keys @ keys.T @ values - values"),
+    l02("test_crosstalk", "crosstalk", "unforeseen: float32 noise rounded in the hint",
+        "def crosstalk(keys, values):\n    return (keys @ keys.T @ values - values) * 1.1", "got [["),
     l02("test_crosstalk", "crosstalk", "masked overlaps",
         "def crosstalk(keys, values):\n    n = len(keys)\n    return ((keys @ keys.T) * (1 - torch.eye(n))) @ values"),
 ]
