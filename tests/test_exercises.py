@@ -353,6 +353,13 @@ def l03(test, grade_id, name, source, hint=None, hidden_only=False):
     return Case(L03, test, name, {grade_id: source}, hint, hidden_only)
 
 
+def l03_reads(name, source=None, hint=None):
+    answer = sol(L03, "read_backs") if source is None else sol(L03, "read_backs", (
+        "read_plain = tuple((q_read @ S_plain).tolist())", source), ("read_decay = tuple((q_read @ S_decay).tolist())", ""),
+        ("read_delta = tuple((q_read @ S_delta).tolist())", ""))
+    return Case(L03, "test_read_backs", name, {"read_backs": answer}, hint)
+
+
 def decay(memory, half, imports=""):
     return imports + DECAY.format(memory, half)
 
@@ -376,6 +383,14 @@ CASES += [
     l03("test_decay_memory", "decay_memory", "1/e", decay("1 / (1 - gamma)", "1 / -math.log(gamma)"), "falls to 1/e"),
     l03("test_decay_memory", "decay_memory", "wrong sign", decay("1 / (1 - gamma)", "math.log(2) / math.log(gamma)"), "not positive"),
     l03("test_decay_memory", "decay_memory", "unforeseen", decay("1 / (1 - gamma)", "math.log(2) / (1 - gamma)"), "but gamma^s is not 1/2 at that age"),
+    # The three read-backs, recognised through a digest (issue 26, item 2): any numeric form passes.
+    l03_reads("computed"), l03_reads("typed", "read_plain, read_decay, read_delta = (2, 4), (1.0, 4.0), [0, 4.0]"),
+    l03_reads("tensors", "read_plain, read_decay, read_delta = torch.tensor([2., 4.]), torch.tensor([1., 4.]), torch.tensor([0., 4.])"),
+    l03_reads("float32 noise", "read_plain, read_decay, read_delta = (2.0000001, 4.0), (0.9999999, 4.0), (0.0, 3.9999998)"),
+    l03_reads("swapped", "read_plain, read_decay, read_delta = (0, 4), (1, 4), (2, 4)", "Did you swap the read-backs?"),
+    l03_reads("gamma twice", "read_plain, read_decay, read_delta = (2, 4), (0.5, 4), (0, 4)", "applies gamma twice"),
+    l03_reads("delta sign flipped", "read_plain, read_decay, read_delta = (2, 4), (1, 4), (4, -4)", "sign flipped"),
+    l03_reads("unforeseen", "read_plain, read_decay, read_delta = (2, 4), (1, 4), (1, 4)", "is not q^T (S_1 + k (v_2 - S_1^T k)^T)"),
     # One delta step: any key length, no library call (items 4 and 5).
     l03("test_delta_step", "delta_step", "(I - beta k k^T) S + beta k v^T",
         delta("    I = torch.eye(len(k), dtype=S.dtype)\n    return (I - beta * torch.outer(k, k)) @ S + beta * torch.outer(k, v)")),
