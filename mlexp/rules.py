@@ -89,6 +89,9 @@ def watching(forbid=()):
         caller = frame.f_back
         if caller is not None and _watched(caller.f_globals.get("__name__", ""), forbid):
             return                                     # inside the library: its entry point is recorded
+        name = frame.f_code.co_name
+        if name.startswith("__") and name.endswith("__"):
+            return                                     # a library class's constructor or dunder: not an entry point
         name = _entry_name(frame, forbid)
         if name not in trace.used:
             trace.used.append(name)

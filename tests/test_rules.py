@@ -70,3 +70,12 @@ def test_a_proxy_that_sends_no_trace_fails_with_a_hint():
             return None, None
     with pytest.raises(AssertionError, match="^Hint: the grader could not watch f run"):
         rules.call(Proxy(), forbid=("mlexp.ops",))
+
+
+def test_a_library_dataclass_built_on_the_way_is_not_named_only_the_function():
+    from mlexp.capstone import Design, memory_bytes
+
+    def mine(context):
+        return memory_bytes(Design("d", ("attention",), None), context, 64, 4, "bf16", conv_kernel=1)["total_bytes"]
+    _, trace = rules.call(mine, 8, forbid=("mlexp.capstone",))
+    assert trace.used == ["mlexp.capstone.memory_bytes"]
