@@ -107,6 +107,11 @@ class StudentFunction:
     def __call__(self, *args, **kwargs):
         return self._link.call(self, args, kwargs)
 
+    def _watched_call(self, args, kwargs, forbid):
+        """The call watched in the kernel by mlexp.rules (the exercise's stated rules): returns
+        (result, the trace as data, or None when the kernel sent none)."""
+        return self._link.call(self, tuple(args), dict(kwargs), watch=[str(m) for m in forbid])
+
     def __repr__(self):
         return f"<{self._type} {self.__name__} from the student's notebook>"
 
@@ -262,7 +267,9 @@ class KernelLink:
             value._where = where
         return value
 
-    def call(self, fn: StudentFunction, args: tuple, kwargs: dict):
+    def call(self, fn: StudentFunction, args: tuple, kwargs: dict, watch=None):
+        """Call ``fn`` in the kernel. ``watch`` (a list of module names): run it under
+        mlexp.rules.watching there and return (value, trace data) instead of the value."""
         import torch
         grad_leaves = [] if torch.is_grad_enabled() else None
         try:
@@ -272,8 +279,10 @@ class KernelLink:
             raise TypeError(f"the test passed {fn.__name__} something that cannot be sent to the "
                             f"notebook ({exc}); this is a fault of the test") from None
         grad = bool(grad_leaves)
-        reply = self.request({"op": "call", "ref": fn._ref, "args": args_node,
-                              "kwargs": kwargs_node, "grad": grad}, f"the call of {fn.__name__}")
+        req = {"op": "call", "ref": fn._ref, "args": args_node, "kwargs": kwargs_node, "grad": grad}
+        if watch is not None:
+            req["watch"] = list(watch)
+        reply = self.request(req, f"the call of {fn.__name__}")
         if "error" in reply:
             err = reply["error"]
             raise _builtin_exception(err.get("types"), str(err.get("message", ""))[:2000])
@@ -287,6 +296,9 @@ class KernelLink:
                                                  *grad_leaves, *outputs)
             value = _replace_tensors(value, {id(out_leaves[i]): t
                                              for i, t in zip(sorted(out_leaves), linked)})
+        if watch is not None:
+            trace = reply.get("watch")
+            return value, (trace if isinstance(trace, dict) else None)
         return value
 
     def _refuse_in_place(self, fn, args, kwargs, reply):

@@ -172,12 +172,18 @@ def proxy(fn, name: str, violations: list):
     """The student's function ``fn`` as the grader sees it: arguments copied (a tensor changed in
     place fails the call with a hint, as in the harness), exceptions as their built-in type, the
     result as data."""
-    def call(*args, **kwargs):
+    def invoke(args, kwargs, watch=None):
         where = f"student function {name}"
         sent = [_argument(a, violations, where) for a in args]
         sent_kw = {k: _argument(v, violations, where) for k, v in kwargs.items()}
+        trace = None
         try:
-            result = fn(*sent, **sent_kw)
+            if watch is None:
+                result = fn(*sent, **sent_kw)
+            else:                          # as the kernel's side of the wire runs a watched call
+                from mlexp.rules import watching
+                with watching(watch) as trace:
+                    result = fn(*sent, **sent_kw)
         except Exception as exc:
             raise _builtin_twin(exc) from None
         import inspect
@@ -193,8 +199,12 @@ def proxy(fn, name: str, violations: list):
                     and (old.shape != new.shape or not torch.equal(old, new)):
                 raise AssertionError(f"Hint: {name} changed {pname} in place. Return a new "
                                      "tensor and leave the arguments as they were given.")
-        return _result(result)
+        return _result(result) if watch is None else (_result(result), trace.as_dict())
+
+    def call(*args, **kwargs):
+        return invoke(args, kwargs)
     call.__name__ = call.__qualname__ = name
+    call._watched_call = lambda args, kwargs, forbid: invoke(args, kwargs, list(forbid))
     return call
 
 

@@ -42,6 +42,8 @@ class Case:
 
     hint None: the answer is right (visible and hidden parts pass). Otherwise the full test cell
     fails with a message containing ``hint``; so does the visible part unless ``hidden_only``.
+    ``modes``: where the verdict holds (an answer that fools only the student's own run, by
+    changing the test's tensors in place, is judged by the grader alone).
     """
     lesson: str
     test: str
@@ -49,6 +51,7 @@ class Case:
     answers: dict = field(default_factory=dict)
     hint: str | None = None
     hidden_only: bool = False
+    modes: tuple = MODES
 
     @property
     def id(self):
@@ -83,7 +86,45 @@ def l01_par(name, *edits, hint=None, hidden_only=False, source=None):
                 {"parallel_form": source or sol(L01, "parallel_form", *edits)}, hint, hidden_only)
 
 
+def l01_cost(name, attention="4 * t * d", state="4 * d * d", hint=None):
+    source = (f"import numpy as np\n\ndef attention_ops_per_token(t, d):\n    return {attention}\n\n\n"
+              f"def state_ops_per_token(d):\n    return {state}\n")
+    return Case(L01, "test_cost_per_token", name, {"cost_per_token": source}, hint)
+
+
 REC_NORM = "o_t = o_t / (q[:, :, t] * z).sum(-1, keepdim=True)"
+LOOP_CALLS_OP = """
+def recurrent_linear_attention(q, k, v, normalize=True):
+    out = [linear_attention(q[:, :, :t + 1], k[:, :, :t + 1], v[:, :, :t + 1], normalize=normalize, eps=0.0)[0][:, :, -1]
+           for t in range(q.shape[2])]
+    return torch.stack(out, dim=2)
+"""
+PAR_LOOP = """
+def parallel_linear_attention(q, k, v, normalize=True):
+    rows = []
+    for t in range(q.shape[2]):
+        w = q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-1, -2)      # (B, H, 1, t + 1)
+        o = w @ v[:, :, :t + 1]
+        rows.append(o / w.sum(-1, keepdim=True) if normalize else o)
+    return torch.cat(rows, dim=2)
+"""
+PAR_LOOP_COMPREHENSION = """
+def parallel_linear_attention(q, k, v, normalize=True):
+    A = q @ k.transpose(-1, -2)
+    A = torch.stack([A[:, :, t] * (torch.arange(A.shape[-1]) <= t) for t in range(A.shape[2])], dim=2)
+    o = A @ v
+    return o / A.sum(-1, keepdim=True) if normalize else o
+"""
+PAR_WHERE_F64 = """
+def parallel_linear_attention(q, k, v, normalize=True):
+    T = q.shape[2]
+    keep = torch.arange(T)[:, None] >= torch.arange(T)[None, :]
+    A = torch.where(keep, q.double() @ k.double().transpose(-1, -2), 0.0)
+    o = A @ v.double()
+    if normalize:
+        o = o / A.sum(-1, keepdim=True)
+    return o.to(q.dtype)
+"""
 PAR_NORM = "o = o / A.sum(-1, keepdim=True)"
 PAR_MASK = "A = (q @ k.transpose(-1, -2)).tril()"
 CASES = [
@@ -149,6 +190,14 @@ def recurrent_linear_attention(q, k, v, normalize=True):
             "    return linear_attention(q, k, v, normalize=normalize)[0]", hint="it calls the library op"),
     l01_rec("calls the library's parallel path", source="def recurrent_linear_attention(q, k, v, normalize=True):\n"
             "    return linear_attention(q, k, v, normalize=normalize, impl='parallel')[0]", hint="it calls the library op"),
+    # The rule "write it yourself" is watched where the function runs (mlexp.rules), whatever the impl
+    # or the name the op is imported under (issue 26, item 1).
+    l01_rec("library's recurrent path", source="def recurrent_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize, impl='recurrent')[0]", hint="it calls the library op"),
+    l01_rec("library's chunk path, renamed", source="from mlexp.ops import linear_attention as la\n"
+            "def recurrent_linear_attention(q, k, v, normalize=True):\n"
+            "    return la(q, k, v, normalize=normalize, impl='chunk')[0]", hint="this exercise asks you to write it yourself"),
+    l01_rec("loop that calls the op per step", source=LOOP_CALLS_OP, hint="it calls the library op"),
     l01_rec("float32 state", ("S = q.new_zeros(B, H, D_k, D_v)", "S = torch.zeros(B, H, D_k, D_v)"),
             ("S = S + k[:, :, t, :, None] * v[:, :, t, None, :]", "S += k[:, :, t, :, None] * v[:, :, t, None, :]"),
             hint="with float64 inputs recurrent_linear_attention raised"),
@@ -159,6 +208,16 @@ def recurrent_linear_attention(q, k, v, normalize=True):
     l01_rec("unforeseen: scales the output", ("outputs.append(o_t)", "outputs.append(2 * o_t)"),
             hint="on the worked example expected (2, 0) then (0.5, 3)"),
 
+    # Operation counts: right in any numeric form; the two slips that give 2 t d named together; a string.
+    l01_cost("ints"), l01_cost("floats", "float(4 * t * d)", "float(4 * d * d)"),
+    l01_cost("numpy int", "np.int64(2 * t * d * 2)", "np.int64(d * d * 4)"),
+    l01_cost("summed parts", "sum([2 * t * d, 2 * t * d])", "sum(2 * d * d for _ in range(2))"),
+    l01_cost("scores only", "2 * t * d", hint="counts only the scores"),
+    l01_cost("one op per multiply-add", "t * d + t * d", hint="a multiply and an add as one operation"),
+    l01_cost("string", "'160'", hint="returned the text '160'"),
+    l01_cost("state update only", state="2 * d * d", hint="is the update alone"),
+    l01_cost("unforeseen", "3 * t * d", hint="returned 120"),
+
     # The parallel form: documented-correct variants ...
     l01_par("eps 1e-6", (PAR_NORM, "o = o / (A.sum(-1, keepdim=True) + 1e-6)")),
     l01_par("eps 1e-9", (PAR_NORM, "o = o / (A.sum(-1, keepdim=True) + 1e-9)")),
@@ -166,6 +225,9 @@ def recurrent_linear_attention(q, k, v, normalize=True):
     l01_par("masked_fill with 0", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).masked_fill("
                                              "torch.ones(T, T, dtype=torch.bool).triu(1), 0.0)")),
     l01_par("einsum", (PAR_MASK, "A = torch.einsum('bhtk,bhsk->bhts', q, k).tril()")),
+    l01_par("torch.where mask, float64 inside", source=PAR_WHERE_F64),
+    l01_par("in-place tril_ and div_ on its own tensors", (PAR_MASK, "A = (q @ k.transpose(-1, -2))\n    A.tril_()"),
+            (PAR_NORM, "o.div_(A.sum(-1, keepdim=True))")),
     # ... and the slips.
     l01_par("diagonal dropped", (PAR_MASK, "A = (q @ k.transpose(-1, -2)).tril(-1)"), hint="mask drops the diagonal"),
     l01_par("minus infinity", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).masked_fill("
@@ -177,9 +239,53 @@ def recurrent_linear_attention(q, k, v, normalize=True):
     l01_par("no normaliser", (PAR_NORM, "pass"), hint="the normaliser is missing"),
     l01_par("calls the library op", source="def parallel_linear_attention(q, k, v, normalize=True):\n"
             "    return linear_attention(q, k, v, normalize=normalize)[0]", hint="it calls the library op"),
+    l01_par("library's parallel path", source="def parallel_linear_attention(q, k, v, normalize=True):\n"
+            "    return linear_attention(q, k, v, normalize=normalize, impl='parallel')[0]", hint="it calls the library op"),
+    l01_par("library's recurrent path, module import", source="import mlexp.ops as ops\n"
+            "def parallel_linear_attention(q, k, v, normalize=True):\n"
+            "    return ops.linear_attention(q, k, v, normalize=normalize, impl='recurrent')[0]",
+            hint="this exercise asks you to write it yourself"),
+    l01_par("loop over t", source=PAR_LOOP, hint="without a Python loop over t"),
+    l01_par("loop over t, list comprehension", source=PAR_LOOP_COMPREHENSION, hint="without a Python loop over t"),
+    l01_par("mask built by a loop over t", (PAR_MASK, "T = q.shape[2]\n    M = torch.stack([(torch.arange(T) <= t) for t in range(T)]).to(q.dtype)\n"
+                                                      "    A = (q @ k.transpose(-1, -2)) * M"), hint="without a Python loop over t"),
     l01_par("float32 mask", (PAR_MASK, "T = q.shape[2]\n    A = (q @ k.transpose(-1, -2)).float() * torch.ones(T, T).tril()"),
             hint="with float64 inputs parallel_linear_attention raised"),
     l01_par("float32 output", ("    return o", "    return o.float()"), hint="float64 inputs must give a float64 output"),
+]
+
+
+# ------------------------------------------------------------------------------ lesson 00
+L00 = "00_token_mixing"
+
+
+def l00_reach(name, body, hint=None):
+    return Case(L00, "test_reach", name, {"reach": f"def conv_reach(n_layers, k):\n    return {body}\n"}, hint)
+
+
+def l00_kv(name, edits, hint=None):
+    return Case(L00, "test_kv_bytes", name, {"kv_bytes": sol(L00, "kv_bytes", *edits)}, hint)
+
+
+GQA = "gqa_bytes = kv_bytes_per_token(n_layers=32, n_kv_heads=8, head_dim=128, bytes_per_number=2)"
+RATIO = "mha_over_gqa = kv_bytes_per_token(32, 32, 128, 2) / gqa_bytes"
+CASES += [
+    # Visible tests recognise answers through a digest (issue 26, item 2): right in any numeric form ...
+    l00_reach("formula", "n_layers * (k - 1) + 1"), l00_reach("float", "float(n_layers * k - n_layers + 1)"),
+    l00_reach("loop", "sum(k - 1 for _ in range(n_layers)) + 1"), l00_reach("numpy", "__import__('numpy').int64(n_layers) * (k - 1) + 1"),
+    # ... each slip named, a string or an unforeseen number gets the neutral hint.
+    l00_reach("L k", "n_layers * k", "counts the shared position once per layer"),
+    l00_reach("L (k - 1)", "n_layers * (k - 1)", "leaves out the current position"),
+    l00_reach("k^L", "k ** n_layers", "not multiplicatively"),
+    l00_reach("string", "str(n_layers * (k - 1) + 1)", "not the number of input positions"),
+    l00_reach("unforeseen", "2 * n_layers * (k - 1) + 1", "not the number of input positions"),
+    l00_kv("typed numbers", [(GQA, "gqa_bytes = 131072"), (RATIO, "mha_over_gqa = 4")]),
+    l00_kv("float ratio", [(RATIO, "mha_over_gqa = 32 / 8")]),
+    l00_kv("no factor 2", [("return 2 * n_layers", "return n_layers")], "factor 2 for K and V is missing"),
+    l00_kv("query heads", [(GQA, "gqa_bytes = kv_bytes_per_token(32, 32, 128, 2)")], "counts the 32 query heads"),
+    l00_kv("16 bytes", [(GQA, "gqa_bytes = kv_bytes_per_token(32, 8, 128, 16)")], "16 bytes per number"),
+    l00_kv("upside down", [(RATIO, "mha_over_gqa = gqa_bytes / kv_bytes_per_token(32, 32, 128, 2)")], "upside down"),
+    l00_kv("ratio as text", [(RATIO, "mha_over_gqa = '4x'")], "should be (cache with 32 kv heads)"),
 ]
 
 
@@ -187,8 +293,8 @@ def recurrent_linear_attention(q, k, v, normalize=True):
 L02 = "02_fixed_state_recall"
 
 
-def l02(test, grade_id, name, source, hint=None, hidden_only=False):
-    return Case(L02, test, name, {grade_id: source}, hint, hidden_only)
+def l02(test, grade_id, name, source, hint=None, hidden_only=False, modes=MODES):
+    return Case(L02, test, name, {grade_id: source}, hint, hidden_only, modes)
 
 
 def largest(body):
@@ -208,7 +314,7 @@ CASES += [
     l02("test_largest_exact", "largest_exact", "d_v", largest("d_v"), "the width of the values does not limit"),
     l02("test_largest_exact", "largest_exact", "d_k - 1", largest("d_k - 1"), "is one short"),
     l02("test_largest_exact", "largest_exact", "d_k + 1", largest("d_k + 1"), "is one too many"),
-    l02("test_largest_exact", "largest_exact", "unforeseen", largest("d_k + d_v"), "least squares recalls up to"),
+    l02("test_largest_exact", "largest_exact", "unforeseen", largest("d_k + d_v"), "least squares recalls a different number"),
     # The crossover: at least as many numbers, the one definition lessons 02 and 04 share (item 8).
     l02("test_cache_vs_state", "cache_vs_state", "math.ceil", reaches("math.ceil(d_k * d_v / (d_k + d_v))", "import math\n")),
     l02("test_cache_vs_state", "cache_vs_state", "counted", reaches("next(t for t in range(1, d_k * d_v + 1) if t * (d_k + d_v) >= d_k * d_v)")),
@@ -218,15 +324,17 @@ CASES += [
     l02("test_cache_vs_state", "cache_vs_state", "equal point", reaches("d_k * d_v / (d_k + d_v)"), "a fraction of a token"),
     l02("test_cache_vs_state", "cache_vs_state", "keys only", reaches("d_v"), "counts only keys"),
     l02("test_cache_vs_state", "cache_vs_state", "text", reaches("str(d_k * d_v // (d_k + d_v))"), "should return a number of tokens"),
-    l02("test_cache_vs_state", "cache_vs_state", "unforeseen", reaches("d_k // 2"), "expected 28, got 32"),
+    l02("test_cache_vs_state", "cache_vs_state", "unforeseen", reaches("d_k // 2"), "you answered 32, not the first t"),
     # Write, read and crosstalk: other correct ways.
     l02("test_write_read", "write_read", "einsum and matmul",
         "def write(S, k, v):\n    return S + k[:, None] * v[None, :]\n\ndef read(S, q):\n    return torch.einsum('k,kv->v', q, S)"),
     # Issue 25, item 1: the factor-two slip hidden by doubling the test's own v in place.
     l02("test_write_read", "write_read", "factor two, v doubled in place",
         "def write(S, k, v):\n    v.mul_(2)\n    return S + torch.outer(k, v)\n\ndef read(S, q):\n    return q @ S",
-        "write changed v in place"),
+        "write changed v in place", modes=("grader",)),   # in the student's own run it fools only them
     l02("test_crosstalk", "crosstalk", "read minus value", "def crosstalk(keys, values):\n    return keys @ keys.T @ values - values"),
+    l02("test_crosstalk", "crosstalk", "unforeseen: float32 noise rounded in the hint",
+        "def crosstalk(keys, values):\n    return (keys @ keys.T @ values - values) * 1.1", "got [["),
     l02("test_crosstalk", "crosstalk", "masked overlaps",
         "def crosstalk(keys, values):\n    n = len(keys)\n    return ((keys @ keys.T) * (1 - torch.eye(n))) @ values"),
 ]
@@ -246,6 +354,13 @@ def delta_step(S, k, v, beta):
 
 def l03(test, grade_id, name, source, hint=None, hidden_only=False):
     return Case(L03, test, name, {grade_id: source}, hint, hidden_only)
+
+
+def l03_reads(name, source=None, hint=None):
+    answer = sol(L03, "read_backs") if source is None else sol(L03, "read_backs", (
+        "read_plain = tuple((q_read @ S_plain).tolist())", source), ("read_decay = tuple((q_read @ S_decay).tolist())", ""),
+        ("read_delta = tuple((q_read @ S_delta).tolist())", ""))
+    return Case(L03, "test_read_backs", name, {"read_backs": answer}, hint)
 
 
 def decay(memory, half, imports=""):
@@ -270,7 +385,15 @@ CASES += [
     l03("test_decay_memory", "decay_memory", "sum from 1", decay("gamma / (1 - gamma)", "math.log(2) / -math.log(gamma)"), "starts the sum at s = 1"),
     l03("test_decay_memory", "decay_memory", "1/e", decay("1 / (1 - gamma)", "1 / -math.log(gamma)"), "falls to 1/e"),
     l03("test_decay_memory", "decay_memory", "wrong sign", decay("1 / (1 - gamma)", "math.log(2) / math.log(gamma)"), "not positive"),
-    l03("test_decay_memory", "decay_memory", "unforeseen", decay("1 / (1 - gamma)", "math.log(2) / (1 - gamma)"), "but gamma^s = 1/2 at s ="),
+    l03("test_decay_memory", "decay_memory", "unforeseen", decay("1 / (1 - gamma)", "math.log(2) / (1 - gamma)"), "but gamma^s is not 1/2 at that age"),
+    # The three read-backs, recognised through a digest (issue 26, item 2): any numeric form passes.
+    l03_reads("computed"), l03_reads("typed", "read_plain, read_decay, read_delta = (2, 4), (1.0, 4.0), [0, 4.0]"),
+    l03_reads("tensors", "read_plain, read_decay, read_delta = torch.tensor([2., 4.]), torch.tensor([1., 4.]), torch.tensor([0., 4.])"),
+    l03_reads("float32 noise", "read_plain, read_decay, read_delta = (2.0000001, 4.0), (0.9999999, 4.0), (0.0, 3.9999998)"),
+    l03_reads("swapped", "read_plain, read_decay, read_delta = (0, 4), (1, 4), (2, 4)", "Did you swap the read-backs?"),
+    l03_reads("gamma twice", "read_plain, read_decay, read_delta = (2, 4), (0.5, 4), (0, 4)", "applies gamma twice"),
+    l03_reads("delta sign flipped", "read_plain, read_decay, read_delta = (2, 4), (1, 4), (4, -4)", "sign flipped"),
+    l03_reads("unforeseen", "read_plain, read_decay, read_delta = (2, 4), (1, 4), (1, 4)", "is not q^T (S_1 + k (v_2 - S_1^T k)^T)"),
     # One delta step: any key length, no library call (items 4 and 5).
     l03("test_delta_step", "delta_step", "(I - beta k k^T) S + beta k v^T",
         delta("    I = torch.eye(len(k), dtype=S.dtype)\n    return (I - beta * torch.outer(k, k)) @ S + beta * torch.outer(k, v)")),
@@ -297,6 +420,23 @@ L04, L05 = "04_hybrid_kv_cache", "05_inattention"
 JAMBA = "jamba_256k_gib = kv_cache_gib(n_attn_layers=4, n_kv_heads=8, head_dim=128, context=256 * 1024)"
 CROSS = "return -(-state // cache_per_token)                    # integer ceiling of state / cache_per_token"
 KEPT = "return dim      # one initial state y per token; every layer reads the same Y"
+
+
+HAND_LN = ("mu = y.mean(-1, keepdim=True)\n"
+           "    y_norm = (y - mu) / torch.sqrt(y.var(-1, unbiased={unbiased}, keepdim=True) + norm.eps) * norm.weight + norm.bias")
+
+
+def l05_kv(name, edit, hint=None):
+    return Case(L05, "test_inattention_kv", name, {"inattention_kv": sol(L05, "inattention_kv", edit)}, hint)
+
+
+def l04_pure(name, edit, hint=None):
+    return Case(L04, "test_pure_attention", name, {"pure_attention": sol(L04, "pure_attention", edit)}, hint)
+
+
+def l04_layers(name, body, hint=None):
+    return Case(L04, "test_attention_layers", name, {"attention_layers": sol(
+        L04, "attention_layers", ("return [i for i in range(n_layers) if i % period == offset]", body))}, hint)
 CASES += [
     # Jamba at 256K: the query-head slip and "all layers, no factor 2" give the same number; the hint says both (item 6).
     Case(L04, "test_jamba_cache", "query heads", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("n_kv_heads=8", "n_kv_heads=32")))}, "4x too large"),
@@ -309,16 +449,133 @@ CASES += [
     Case(L04, "test_crossover", "floor", {"crossover": sol(L04, "crossover", (CROSS, "return state // cache_per_token"))}, "rounds down"),
     Case(L04, "test_crossover", "fraction", {"crossover": sol(L04, "crossover", (CROSS, "return state / cache_per_token"))}, "a fraction of a token"),
     Case(L04, "test_crossover", "text", {"crossover": sol(L04, "crossover", (CROSS, "return str(-(-state // cache_per_token))"))}, "should return a number of tokens"),
+    # Plain Python, not mlexp.kvcache: watched where the function runs (issue 26, item 1); and correct variants.
+    l04_layers("list comprehension", "return [i for i in range(n_layers) if i % period == offset]"),
+    l04_layers("range with a step", "return list(range(offset, n_layers, period))"),
+    l04_layers("loop and append", "out = []\n    for i in range(n_layers):\n        if i % period == offset:\n            out.append(i)\n    return out"),
+    l04_layers("tuple of numpy ints", "import numpy as np\n    return tuple(np.arange(n_layers)[np.arange(n_layers) % period == offset])"),
+    l04_layers("mlexp.kvcache helper", "return kc.attention_layer_indices(n_layers, period, offset)", "Use plain Python, not mlexp.kvcache"),
+    l04_layers("mlexp.kvcache layer kinds", "return [i for i, t in enumerate(kc.layer_types(n_layers, period, offset)) if t == 'attention']",
+               "this exercise asks you to write it yourself"),
+    Case(L04, "test_jamba_cache", "mlexp.kvcache bytes", {"jamba_cache": sol(L04, "jamba_cache", (
+        "n_bytes = 2 * n_attn_layers * n_kv_heads * head_dim * bytes_per_number * context",
+        "n_bytes = kc.kv_cache_bytes(n_attn_layers, n_kv_heads, head_dim, context, dtype={1: 'int8', 2: 'bf16', 4: 'fp32'}[bytes_per_number])"))},
+        "Use plain Python arithmetic, not mlexp.kvcache"),
+    Case(L04, "test_jamba_cache", "bytes per token first", {"jamba_cache": sol(L04, "jamba_cache", (
+        "n_bytes = 2 * n_attn_layers * n_kv_heads * head_dim * bytes_per_number * context",
+        "per_token = 2 * n_attn_layers * n_kv_heads * head_dim * bytes_per_number\n    n_bytes = per_token * context"))}),
+    Case(L04, "test_jamba_cache", "GiB as 1024 cubed", {"jamba_cache": sol(L04, "jamba_cache", ("return n_bytes / 2**30", "return n_bytes / 1024 / 1024 / 1024"))}),
+    Case(L04, "test_crossover", "mlexp.kvcache crossover", {"crossover": sol(L04, "crossover", (CROSS, "return kc.crossover_context(cache_per_token, state)"))},
+         "Use plain Python, not mlexp.kvcache"),
+    # Two slips give a crossover 2x too large; the hint names both (issue 26, item 3).
+    Case(L04, "test_crossover", "no factor 2 for K and V", {"crossover": sol(L04, "crossover", (
+        "cache_per_token = 2 * n_attn * n_kv_heads * head_dim * bytes_per_number", "cache_per_token = n_attn * n_kv_heads * head_dim * bytes_per_number"))},
+        "Two slips give exactly this number"),
+    Case(L04, "test_crossover", "cache in numbers, not bytes", {"crossover": sol(L04, "crossover", (
+        "cache_per_token = 2 * n_attn * n_kv_heads * head_dim * bytes_per_number", "cache_per_token = 2 * n_attn * n_kv_heads * head_dim"))},
+        "bytes_per_number left out of it"),
+    Case(L04, "test_crossover", "cache in all layers", {"crossover": sol(L04, "crossover", (
+        "cache_per_token = 2 * n_attn *", "cache_per_token = 2 * n_layers *"))}, "Only the attention layers"),
+    Case(L04, "test_crossover", "state in all layers", {"crossover": sol(L04, "crossover", (
+        "state = n_recurrent * state_bytes_per_layer", "state = n_layers * state_bytes_per_layer"))}, "counts a state in all"),
+    Case(L04, "test_crossover", "unforeseen", {"crossover": sol(L04, "crossover", (CROSS, "return 3 * (-(-state // cache_per_token))"))},
+         "not the context at which Qwen3-Next's cache"),
+    Case(L04, "test_crossover", "lookup table of the visible cases", {"crossover": sol(L04, "crossover", (
+        CROSS, "return {(48, 4): 1536, (12, 3): 53}.get((n_layers, attn_period), 1)"))}, "hybrid_crossover", hidden_only=True),
+    l04_layers("counted from 1", "return [i + 1 for i in range(n_layers) if i % period == offset]", "counted from 1"),
+    l04_layers("offset ignored", "return [i for i in range(n_layers) if i % period == 0]", "ignores the offset"),
+    l04_layers("count", "return len(range(offset, n_layers, period))", "not how many there are"),
+    Case(L04, "test_pure_attention", "solution", {}),
+    l04_pure("ratio of layer counts", ("hybrid_saving = pure_attention_256k_gib / jamba_gib", "hybrid_saving = 32 / 4")),
+    l04_pure("upside down", ("hybrid_saving = pure_attention_256k_gib / jamba_gib", "hybrid_saving = jamba_gib / pure_attention_256k_gib"), "upside down"),
+    l04_pure("28 former Mamba layers", ("pure_attention_256k_gib = 2 * 32 *", "pure_attention_256k_gib = 2 * 28 *"), "28 former Mamba layers"),
+    l04_pure("query heads", ("pure_attention_256k_gib = 2 * 32 * 8 *", "pure_attention_256k_gib = 2 * 32 * 32 *"), "uses the 32 query heads"),
+    Case(L04, "test_jamba_cache", "decimal GB", {"jamba_cache": sol(L04, "jamba_cache", ("return n_bytes / 2**30", "return n_bytes / 1e9"))}, "decimal GB"),
+    Case(L04, "test_jamba_cache", "bytes", {"jamba_cache": sol(L04, "jamba_cache", ("return n_bytes / 2**30", "return n_bytes"))}, "returns bytes"),
+    Case(L04, "test_jamba_cache", "256,000 tokens", {"jamba_cache": sol(L04, "jamba_cache", ("context=256 * 1024)", "context=256_000)"))}, "not 256,000"),
+    Case(L04, "test_crossover", "counted up", {"crossover": sol(L04, "crossover", (CROSS, "T = 0\n    while T * cache_per_token < state:\n        T += 1\n    return T"))}),
+    Case(L04, "test_crossover", "divmod", {"crossover": sol(L04, "crossover", (CROSS, "n, r = divmod(state, cache_per_token)\n    return n + (r > 0)"))}),
+    # The K/V path: other correct ways, and the slips of a hand-written LayerNorm; gradients in the visible part too.
+    l05_kv("solution", ("y_norm = norm(y)", "y_norm = norm(y)")),
+    l05_kv("F.linear and permute", ("k = w_k(y_norm).view(B, T, n_kv_heads, head_dim).transpose(1, 2)",
+                                    "k = torch.nn.functional.linear(y_norm, w_k.weight).reshape(B, T, n_kv_heads, head_dim).permute(0, 2, 1, 3)")),
+    l05_kv("hand-written LayerNorm", ("y_norm = norm(y)", HAND_LN.format(unbiased=False))),
+    l05_kv("functional layer_norm", ("y_norm = norm(y)", "y_norm = torch.nn.functional.layer_norm(y, y.shape[-1:], norm.weight, norm.bias, norm.eps)")),
+    l05_kv("unbiased variance", ("y_norm = norm(y)", HAND_LN.format(unbiased=True)), "divides by the unbiased variance"),
+    l05_kv("no scale and shift", ("y_norm = norm(y)", "y_norm = torch.nn.functional.layer_norm(y, y.shape[-1:], eps=norm.eps)"),
+           "without the LayerNorm's scale and shift"),
+    l05_kv("under no_grad", ("y_norm = norm(y)", "with torch.no_grad():\n        y_norm = norm(y)"), "no gradient reaches y"),
+    l05_kv("detached", ("y_norm = norm(y)", "y_norm = norm(y).detach()"), "no gradient reaches y"),
+    Case(L05, "test_cache_per_token", "bytes of Y", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 2 * dim"))}, "is twice Y"),
+    Case(L05, "test_cache_per_token", "K and V of every layer from Y", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 2 * n_layers * dim"))},
+         "K and V are not stored here"),
     # What InAttention keeps: Y or the token id, both right (item 15).
     Case(L05, "test_cache_per_token", "token id", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 1      # the token id; Y is looked up again"))}),
     Case(L05, "test_cache_per_token", "a state per layer", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return n_layers * dim"))}, "keeps a state per layer"),
 ]
 
 
+# ------------------------------------------------------------------------------ lesson 06
+L06 = "06_recall_per_byte"
+GATE_MASK = 'L = torch.where(causal, diff, float("-inf")).exp()            # masked before exp: exactly 0 above'
+GATE_OUT = "return (L * (q @ k.transpose(-1, -2))) @ v                    # (B, H, T, T) @ (B, H, T, d_v)"
+GATE_LOOP = """
+def parallel_scalar_gate(q, k, v, g):
+    B, H, T, d_k = q.shape
+    S = q.new_zeros(B, H, d_k, v.shape[-1])
+    out = []
+    for t in range(T):
+        S = g[:, :, t, None, None].exp() * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        out.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))
+    return torch.stack(out, dim=2)
+"""
+MEMORY_FROM_CAPSTONE = """
+def memory_per_sequence(layers, context, dim=64, n_heads=4, window=None, bytes_per_number=2):
+    from mlexp.capstone import Design
+    design = Design("mine", tuple(layers), window)
+    dtype = {2: "bf16", 4: "fp32"}[bytes_per_number]
+    return memory_bytes(design, context, dim, n_heads, dtype, conv_kernel=1)["total_bytes"]
+"""
+
+
+def l06_gate(name, *edits, hint=None, source=None):
+    return Case(L06, "test_parallel_gate", name, {"parallel_gate": source or sol(L06, "parallel_gate", *edits)}, hint)
+
+
+def l06_library(impl):
+    return ("def parallel_scalar_gate(q, k, v, g):\n"
+            f"    return gated_linear_attention(q, k, v, g, impl={impl!r})[0]")
+
+
+CASES += [
+    # Correct variants: masking before exp in other ways, float64 inside, einsum (issue 26, item 7).
+    l06_gate("solution"),
+    l06_gate("masked_fill before exp", (GATE_MASK, 'L = diff.masked_fill(~causal, float("-inf")).exp()')),
+    l06_gate("clamped exponent, then masked", (GATE_MASK, "L = diff.clamp(max=0).exp() * causal")),
+    l06_gate("float64 inside, input dtype out", (GATE_OUT, "return ((L.double() * (q.double() @ k.double().transpose(-1, -2))) @ v.double()).to(q.dtype)")),
+    l06_gate("einsum", (GATE_OUT, "return torch.einsum('bhts,bhtk,bhsk,bhsv->bhtv', L, q, k, v)")),
+    # The rules: no library op (any impl), no loop over t, the inputs' dtype (items 1 and 3).
+    l06_gate("library recurrent path", source=l06_library("recurrent"), hint="it calls the library op"),
+    l06_gate("library chunk path", source=l06_library("chunk"), hint="this exercise asks you to write it yourself"),
+    l06_gate("the recurrence as a loop over t", source=GATE_LOOP, hint="Build the whole (T, T) decay mask L at once"),
+    l06_gate("float64 output for float32 inputs", (GATE_OUT, "return (L.double() * (q.double() @ k.double().transpose(-1, -2))) @ v.double()"),
+             hint="float32 inputs gave a torch.float64 output"),
+    # Slips: the cumprod ratio and exp(b_t) exp(-b_s) overflow alike; the hint names both.
+    l06_gate("cumprod ratio", (GATE_MASK, "P = g.exp().cumprod(-1)\n    L = torch.where(causal, P[..., :, None] / P[..., None, :], 0.0)"),
+             hint="a ratio of running products of the gates"),
+    l06_gate("cumprod ratio, masked after", (GATE_MASK, "P = g.exp().cumprod(-1)\n    L = (P[..., :, None] / P[..., None, :]) * causal"),
+             hint="above the diagonal as well"),
+    l06_gate("exp product", (GATE_MASK, "L = torch.where(causal, b.exp()[..., :, None] * (-b).exp()[..., None, :], 0.0)"), hint="exp(b_t) * exp(-b_s)"),
+    # The memory of a design: plain Python, not mlexp.capstone.memory_bytes.
+    Case(L06, "test_memory", "solution", {}),
+    Case(L06, "test_memory", "memory_bytes", {"memory": MEMORY_FROM_CAPSTONE}, "not mlexp.capstone.memory_bytes"),
+]
+
+
 # ------------------------------------------------------------------------------ the tests
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_answer_gets_its_verdict(case):
-    for mode in MODES:
+    for mode in case.modes:
         run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test})
         assert not run.violations, run.violations
         where = f"{case.id} ({mode})"
@@ -408,3 +665,64 @@ def test_lesson01_your_turn_separates_every_slip():
     for a, pa in rounded.items():
         for b, pb in rounded.items():
             assert a == b or max(abs(x - y) for x, y in zip(pa, pb)) > 0.05, (a, b, pa, pb)
+
+
+# ------------------------------------------------------------------------------ the catalogue follows the hints
+def _slip_hints(source: str) -> list:
+    """The text of every hint of a test cell that names a slip: the message of each assert that
+    the answer is *not* something (``assert not ...``, ``assert got != ...``), each value of a
+    ``slips``/``recognised`` table of wrong answers, and each rule's ``instead=`` text (mlexp.rules).
+    Formatted parts read as "{}", except names the cell binds to a string, which are filled in."""
+    import ast
+    tree = ast.parse(source)
+    strings = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+               for t in n.targets if isinstance(t, ast.Name)
+               and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+
+    def text(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else
+                           strings.get(getattr(v.value, "id", None), "{}") for v in node.values)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = text(node.left), text(node.right)
+            return (left or "{}") + (right or "{}") if left or right else None
+        return None
+
+    def negative(test):
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return True
+        if isinstance(test, ast.Compare):
+            return all(isinstance(op, (ast.NotEq, ast.NotIn)) for op in test.ops)
+        return isinstance(test, ast.BoolOp) and all(negative(v) for v in test.values)
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and node.msg is not None and negative(node.test):
+            found.append(text(node.msg))
+        elif isinstance(node, ast.Call):
+            found += [text(kw.value) for kw in node.keywords if kw.arg == "instead"]
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
+                getattr(t, "id", "") in ("slips", "recognised") for t in node.targets):
+            for value in node.value.values:
+                found.append(text(value.elts[-1] if isinstance(value, ast.Tuple) else value))
+    return [h for h in found if h and h.replace("{}", "").replace("Hint:", "").strip()]
+
+
+ALL_LESSONS = LESSONS + ["06_recall_per_byte"]
+
+
+@pytest.mark.parametrize("lesson", ALL_LESSONS)
+def test_every_slip_hint_has_a_catalogue_entry(lesson):
+    """Issue 26, item 4: each hint that names a slip is matched to a catalogued mistake of its test
+    cell (autograder.mistakes.match_mistake), so the class report never files it as "no hint
+    matched". Neutral hints (the final "expected ..., got ..." of an unforeseen answer), the
+    "not defined" and form checks are positive asserts and need no entry."""
+    from pathlib import Path
+    from autograder.mistakes import load_mistakes, match_mistake
+    mistakes = load_mistakes(Path(__file__).resolve().parent.parent, lesson)
+    missing = [f"{grade_meta(c)['grade_id']}: {hint[:100]!r}" for c in solution_notebook(lesson).cells
+               if is_test(c) for hint in _slip_hints(c.source)
+               if match_mistake(mistakes, grade_meta(c)["grade_id"], hint) is None]
+    assert not missing, f"{lesson}: hints with no entry in solutions/{lesson}/mistakes.json:\n" + "\n".join(missing)
