@@ -41,6 +41,7 @@ __all__ = ["BookError", "BOOK_MARKER", "SIZES", "book", "page_notebook", "html_t
 BOOK_MARKER = ".course-book.json"
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "book"
 SIZES = {"full": None, "grading": "validate"}     # NBGRADER_EXECUTION for each size
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 PROJECT = "Linear attention: a course in notebooks"
 HIDDEN_NOTE = ("*The output of the cell above is not shown in the book: it is computed from "
                "the answer to an exercise. Run the notebook to see it.*")
@@ -75,21 +76,26 @@ def _execute(root: Path, ids: list, cache_dir: Path, size: str, log, rerun: bool
             shutil.copyfile(src, dest)
         paths[lesson] = dest
         cache.add_nb_to_project(str(dest))
-    saved = os.environ.get("NBGRADER_EXECUTION")
-    if SIZES[size]:
-        os.environ["NBGRADER_EXECUTION"] = SIZES[size]
-    else:
-        os.environ.pop("NBGRADER_EXECUTION", None)
+    # The kernels' environment, whatever this process has: the size, and matplotlib's inline
+    # backend so that plt.show() gives the figures (a caller's MPLBACKEND=Agg would drop them).
+    wanted = {"NBGRADER_EXECUTION": SIZES[size], "MPLBACKEND": INLINE_BACKEND}
+    saved = {k: os.environ.get(k) for k in wanted}
+    for k, v in wanted.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         executor = load_executor("local-serial", cache=cache)
         pks = [cache.get_project_record(str(p)).pk for p in paths.values()]
         result = executor.run_and_cache(filter_pks=pks, timeout=3600, allow_errors=False,
                                         force=rerun)
     finally:
-        if saved is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     ran = set(result.succeeded) if result else set()
     out = {}
     for lesson, path in paths.items():
