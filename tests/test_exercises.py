@@ -572,6 +572,59 @@ CASES += [
 ]
 
 
+# Every catalogued mistake is made by a demo student or by one of these (see
+# test_every_catalogued_mistake_is_made_by_a_demo_student_or_an_answer_case).
+PURE = "pure_attention_256k_gib = 2 * 32 * 8 * 128 * 2 * (256 * 1024) / 2**30"
+READS = {"plain": "S_plain = S1 + torch.outer(k2, v2)", "decay": "S_decay = 0.5 * S1 + torch.outer(k2, v2)",
+         "read_plain": "read_plain = tuple((q_read @ S_plain).tolist())"}
+GROWTH = "along_k = 1.0 - beta * float(k @ k)"
+PAIRS_IN = "    return T                    #"
+
+
+def _case(lesson, test, grade_id, name, edits, hint):
+    return Case(lesson, test, name, {grade_id: sol(lesson, grade_id, *edits)}, hint)
+
+
+CASES += [
+    l01_cost("scores of width one", attention="4 * t", hint="each score is a dot product of width d"),
+    _case(L03, "test_delta_step", "delta_step", "plain sum when beta is 1",
+          [("return S + beta * torch.outer(k, error)",
+            "return S + beta * torch.outer(k, error) if beta != 1 else S + torch.outer(k, v)")],
+          "like the plain sum"),
+    _case(L03, "test_key_norm", "key_norm", "length of k ignored",
+          [("    " + GROWTH + "             # eigenvalue for the direction of k\n    return max(1.0, abs(along_k))",
+            "    return abs(1.0 - beta)")], "ignored the length of k"),
+    _case(L03, "test_key_norm", "key_norm", "|k| for |k|^2", [(GROWTH, "along_k = 1.0 - beta * float(k.norm())")],
+          "used |k| where |k|^2 belongs"),
+    _case(L03, "test_key_norm", "key_norm", "answer a", [('why_normalise = "b"', 'why_normalise = "a"')], "(a) is false"),
+    _case(L03, "test_key_norm", "key_norm", "answer c", [('why_normalise = "b"', 'why_normalise = "c"')], "(c) is false"),
+    _case(L03, "test_read_backs", "read_backs", "decay on the new write",
+          [(READS["decay"], "S_decay = 0.5 * (S1 + torch.outer(k2, v2))")], "decays the new write too"),
+    _case(L03, "test_read_backs", "read_backs", "no decay", [(READS["decay"], "S_decay = S1 + torch.outer(k2, v2)")],
+          "read_decay equals the plain sum"),
+    _case(L03, "test_read_backs", "read_backs", "first write only", [(READS["plain"], "S_plain = S1")],
+          "read_plain holds only the first value"),
+    _case(L03, "test_read_backs", "read_backs", "normalised read",
+          [(READS["read_plain"], "read_plain = tuple((q_read @ S_plain / (q_read @ (k1 + k2))).tolist())")],
+          "read_plain was divided by q.z"),
+    l04_pure("decimal GB", (PURE, PURE.replace("2**30", "1e9")), "is in decimal GB"),
+    l04_pure("Jamba's own cache", (PURE, PURE.replace("2 * 32 *", "2 * 4 *")), "is Jamba's own cache"),
+    l04_pure("no factor two", (PURE, PURE.replace("= 2 * 32 *", "= 32 *")), "is half the right size"),
+    l04_pure("28 over 4", ("hybrid_saving = pure_attention_256k_gib / jamba_gib", "hybrid_saving = 28 / 4"),
+             "compares 28 layers with 4"),
+    _case(L05, "test_inattention_kv", "inattention_kv", "k and v swapped",
+          [("k = w_k(y_norm)", "k = w_v(y_norm)"), ("v = w_v(y_norm)", "v = w_k(y_norm)")], "k and v are swapped"),
+    _case(L05, "test_attention_pairs", "attention_pairs", "last position not itself",
+          [(PAIRS_IN, "    return T - 1                #")], "leaves out the last position attending itself"),
+    _case(L05, "test_attention_pairs", "attention_pairs", "one pair", [(PAIRS_IN, "    return 1                    #")],
+          "one query, but it is scored against every key"),
+    _case(L05, "test_attention_pairs", "attention_pairs", "no diagonal",
+          [("return T * (T + 1) // 2", "return T * (T - 1) // 2")], "leaves out the diagonal"),
+    _case(L05, "test_cache_per_token", "cache_per_token", "one layer",
+          [("return 2 * n_layers * n_kv_heads * head_dim", "return 2 * n_kv_heads * head_dim")], "is one layer's cache"),
+]
+
+
 # ------------------------------------------------------------------------------ the tests
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_answer_gets_its_verdict(case):
@@ -726,3 +779,23 @@ def test_every_slip_hint_has_a_catalogue_entry(lesson):
                if is_test(c) for hint in _slip_hints(c.source)
                if match_mistake(mistakes, grade_meta(c)["grade_id"], hint) is None]
     assert not missing, f"{lesson}: hints with no entry in solutions/{lesson}/mistakes.json:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_catalogued_mistake_is_made_by_a_demo_student_or_an_answer_case(lesson):
+    """Each mistake of solutions/<id>/mistakes.json is made somewhere the grader is held to it:
+    by a demo student (autograder/demo/catalog) or by an answer case above, whose hint the grader
+    then files under that mistake."""
+    from pathlib import Path
+    from autograder.mistakes import load_mistakes, match_mistake
+    mistakes = load_mistakes(Path(__file__).resolve().parent.parent, lesson)
+    made = {mid for spec in CATALOG.get(lesson, {}).get("students", {}).values()
+            for mid in spec["expect"].get("mistakes", [])}
+    left = {mid for mid in mistakes if mid not in made}
+    tests = {mistakes[mid].test for mid in left}
+    for case in CASES:
+        if case.lesson == lesson and case.hint and case.test in tests and "grader" in case.modes:
+            outcome = run_lesson(lesson, case.answers, mode="grader", only={case.test}).outcomes[case.test, "full"]
+            made.add(match_mistake(mistakes, case.test, outcome.message))
+    assert not set(mistakes) - made, (f"no demo student or answer case makes "
+                                      f"{sorted(set(mistakes) - made)}: add one to tests/test_exercises.py")
