@@ -9,10 +9,13 @@ executes bubblewrap (``bwrap``), which gives the kernel:
   visible, no abstract or filesystem socket of the machine), no capabilities;
 - a root file system that holds only, read-only: /usr and the libraries, the Python installation
   and its environment, the ``mlexp`` package (at /opt/course/mlexp, never the course root), the
-  course's data files; and, writable, a working folder, /tmp and /dev/shm, each a size-limited
-  tmpfs, and the folder of the kernel's own sockets;
+  course's data files; and, writable, a working folder, /tmp and /dev/shm, size-limited tmpfs
+  that share ``--scratch-mb`` (:func:`scratch_caps`), and the folder of the kernel's own sockets
+  (a 1 MiB tmpfs of the harness, :mod:`autograder.ipcfs`);
 - an environment cleared to a short allow-list;
-- ``--die-with-parent``: the whole sandbox ends with the process that started it.
+- ``--die-with-parent``: the whole sandbox ends with the process that started it;
+- a seccomp filter (:mod:`autograder.seccomp`): no user namespace, io_uring, keyring, bpf,
+  mount, ptrace, ... system call (:func:`seccomp_missing` says where it cannot be had).
 
 Limits (``resource``): address space, CPU time, number of processes and threads, file size, no
 core files. Where bubblewrap cannot run (not Linux, not installed, user namespaces refused),
@@ -29,7 +32,7 @@ import sysconfig
 from pathlib import Path
 
 __all__ = ["SANDBOX_HOME", "COURSE_MOUNT", "probe", "sandbox_command", "kernel_env",
-           "apply_limits", "main"]
+           "apply_limits", "scratch_caps", "seccomp_missing", "main"]
 
 SANDBOX_HOME = "/home/student"      # the kernel's working folder inside the sandbox
 COURSE_MOUNT = "/opt/course"        # mlexp is mounted at COURSE_MOUNT/mlexp
@@ -110,6 +113,17 @@ def _mlexp_dir() -> Path:
     return Path(mlexp.__file__).resolve().parent
 
 
+def scratch_caps(options) -> dict:
+    """Bytes of each writable tmpfs of the sandbox, by its path there: the working folder gets
+    half of ``options.scratch_mb``, /tmp and /dev/shm a quarter each, so that together they
+    hold scratch_mb MiB at most. (The kernel's connection folder, the only other writable place,
+    is a tmpfs of :data:`autograder.ipcfs.IPC_MB` MiB that the harness mounts.) A tmpfs lives
+    in memory, outside the address-space limit: one submission may use ``memory_mb`` +
+    ``scratch_mb`` + IPC_MB MiB of the machine's memory, and none of its disk."""
+    total = options.scratch_mb * 2**20
+    return {SANDBOX_HOME: total // 2, "/tmp": total // 4, "/dev/shm": total // 4}
+
+
 def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course_root=None,
                     uid=None, mode="autograde") -> list:
     """The words to put before the kernel's command line, as described in the module docstring.
@@ -127,7 +141,6 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     passwd.write_text(f"student:x:1000:1000:student:{SANDBOX_HOME}:/bin/sh\n")
     group = Path(job_dir) / "group"
     group.write_text("student:x:1000:\n")
-    size = str(options.scratch_mb * 2**20)
     args = [_bwrap(), "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox"]
@@ -136,8 +149,8 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     # a Python, venv or course that lives under /tmp (a checkout in /tmp/x); mounted after them,
     # each is a read-only bind on top of the tmpfs.
     args += ["--proc", "/proc", "--dev", "/dev"]
-    for tmp in ("/tmp", "/dev/shm", SANDBOX_HOME):
-        args += ["--size", size, "--tmpfs", tmp]
+    for tmp, size in scratch_caps(options).items():
+        args += ["--size", str(size), "--tmpfs", tmp]
     args += ["--ro-bind", f"SRC:{passwd}", "/etc/passwd",
              "--ro-bind", f"SRC:{group}", "/etc/group"]
     for d in _python_dirs(course_root, job_dir):
@@ -165,12 +178,29 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     if _supports("--disable-userns"):
         args += ["--disable-userns"]
+    if not seccomp_missing():   # the jail replaces the placeholder by the program's fd
+        args += ["--seccomp", SECCOMP_PLACEHOLDER]
     for k, v in env.items():
         args += ["--setenv", k, v]
     limits = {"memory_mb": options.memory_mb, "cpu_seconds": options.cpu_seconds,
               "max_processes": options.max_processes if uid is not None else 0,
               "max_file_mb": options.max_file_mb, "uid": uid, "stage": str(Path(job_dir) / "stage")}
     return [sys.executable, "-m", "autograder.jail", json.dumps(limits), "--"] + args + ["--"]
+
+
+SECCOMP_PLACEHOLDER = "SECCOMP_FD"
+
+
+def seccomp_missing() -> str:
+    """Why the kernel runs without the seccomp filter of :mod:`autograder.seccomp` ("" when it
+    has it): this bubblewrap has no ``--seccomp`` (before 0.3), or no table for this machine."""
+    from . import seccomp
+    if not seccomp.supported():
+        import platform
+        return f"no seccomp filter is written for this machine ({platform.machine()})"
+    if not _supports("--seccomp"):
+        return "this bubblewrap has no --seccomp option (0.3 or later has it)"
+    return ""
 
 
 def kernel_env(options, mode="autograde") -> dict:
@@ -311,6 +341,9 @@ def main(argv=None) -> int:
         pass
     uid = limits.get("uid")
     command = _stage(command, Path(limits["stage"]), uid is not None)
+    if SECCOMP_PLACEHOLDER in command:   # bubblewrap reads the filter from an inherited fd
+        from .seccomp import program_fd
+        command[command.index(SECCOMP_PLACEHOLDER)] = str(program_fd())
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)

@@ -28,8 +28,8 @@ class GradingOptions:
     max_processes: int = _opt(128, "processes and threads the student's code may run at once",
                               "N")
     max_file_mb: int = _opt(64, "largest file the student's code may write, in MiB", "MIB")
-    scratch_mb: int = _opt(256, "size of each private writable folder (working folder, /tmp, "
-                                "/dev/shm) in MiB", "MIB")
+    scratch_mb: int = _opt(256, "size of the private writable folders together (working folder "
+                                "1/2, /tmp 1/4, /dev/shm 1/4) in MiB", "MIB")
     cell_output_kb: int = _opt(2048, "output kept per cell in KiB (the rest is dropped, with a "
                                      "note)", "KIB")
     notebook_output_kb: int = _opt(16384, "output kept per notebook in KiB", "KIB")
