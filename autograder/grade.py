@@ -206,6 +206,9 @@ class _Grader:
             report = {}
         if res.status == "graded":
             res.status = _status(report, job.review, self.options)
+        if report.get("retry"):   # the harness failed, not the student: grade it again next run
+            res.retry = True
+        res.notes += [n for n in report.get("notes", []) if n not in res.notes]
         if report.get("capped"):
             res.notes.append(f"output capped in {len(report['capped'])} cell(s) "
                              f"({self.options.cell_output_kb} KiB per cell, "

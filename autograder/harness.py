@@ -786,6 +786,10 @@ def main(argv=None) -> int:
         pass
     if job.get("parent_pid") and os.getppid() != job["parent_pid"]:
         return 3   # the grader is already gone
+    if job.get("sandbox", True):   # the kernel's sockets on a 1 MiB tmpfs, never the grader's disk
+        from .ipcfs import confine
+        (Path(job["job_dir"]) / "ipc").mkdir(exist_ok=True)
+        confine(Path(job["job_dir"]) / "ipc")   # one thread yet; an OSError is the grader's
     nb = nbformat.read(job["input"], as_version=4)
     options = GradingOptions(**job["options"])
     nb, report = run_notebook(nb, options=options, job_dir=Path(job["job_dir"]),

@@ -72,10 +72,13 @@ def isolation_notes(options: GradingOptions) -> list:
     if not probe["ok"]:
         return [f"NO SANDBOX: {probe['why']}. Student code ran with this user's rights "
                 f"({UNSANDBOXED_FLAG}); grade untrusted classes on Linux with bubblewrap."]
+    notes = []
+    if jail.seccomp_missing():
+        notes.append(f"the kernel's system calls are not filtered: {jail.seccomp_missing()}")
     if not probe["as_root"]:
-        return ["the sandbox runs under your own uid (in its own user namespace); run the grader "
+        return notes + ["the sandbox runs under your own uid (in its own user namespace); run the grader "
                 "as root to give each submission a uid of its own and a process-count limit"]
-    return []
+    return notes
 
 
 def check_sandbox(options: GradingOptions) -> None:
@@ -105,6 +108,9 @@ def _data_files(folder: Path) -> list:
                   if not p.name.startswith(".") and p.suffix != ".ipynb" and not p.is_symlink())
 
 
+HARNESS_ATTEMPTS = 2             # a harness that fails (not a student's kernel) runs once more
+
+
 def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode="autograde",
                    show_call_output=False, cwd=None) -> tuple:
     """Run ``nb`` in a harness process; returns (executed notebook or None, report dict).
@@ -112,8 +118,24 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
     ``data_dir`` holds the files the notebook may read (mounted read-only, notebooks excluded).
     Never raises for what the student's code does. A harness past ``options.notebook_timeout``
     (plus a grace for its start) is killed with everything it started; the result is then None
-    and the report says why.
+    and the report says why. A harness that fails otherwise is the grader's failure, not the
+    student's (what the student's code does ends in its kernel, inside its own caps): it is run
+    again, up to HARNESS_ATTEMPTS times in all, with a fresh job folder; if none succeeds the
+    report has ``"retry": True`` (grade_class then grades the submission again next run) and
+    says so under ``review``.
     """
+    for attempt in range(1, HARNESS_ATTEMPTS + 1):
+        executed, report = _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd)
+        if not report.get("retry"):
+            if attempt > 1:
+                report.setdefault("notes", []).append(
+                    f"the grading harness failed and was run again ({attempt} runs)")
+            return executed, report
+    return executed, report
+
+
+def _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd) -> tuple:
+    """One harness run of run_submission; a failed harness gives ``report["retry"] = True``."""
     sandbox = jail.probe()["ok"]
     if not sandbox and not options.unsandboxed:
         raise SandboxUnavailable(jail.probe()["why"])
@@ -138,7 +160,7 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
         nbformat.write(nb, spec["input"])
         (job / "job.json").write_text(json.dumps(spec))
         log = open(job / "harness.log", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "autograder.harness", str(job / "job.json")],
+        proc = subprocess.Popen(harness_command(job / "job.json"),
                                 cwd=job, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_limit_harness if os.name == "posix" else None)
@@ -156,6 +178,7 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
             last = (tail.splitlines() or [""])[-1]
             report["review"].append(f"the grading harness failed (exit {proc.returncode}): "
                                     f"{last[:200]}")
+            report["retry"] = True
             return None, report
         report = json.loads((job / "report.json").read_text())
         return nbformat.read(spec["output"], as_version=4), report
@@ -164,6 +187,11 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
             _kill(proc)   # whatever of its process group is left
             ACTIVE.discard(proc)
         shutil.rmtree(job, ignore_errors=True)
+
+
+def harness_command(job_file: Path) -> list:
+    """The command line of one harness process for the job described in ``job_file``."""
+    return [sys.executable, "-m", "autograder.harness", str(job_file)]
 
 
 def _limit_harness():

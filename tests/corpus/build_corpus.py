@@ -99,6 +99,10 @@ CASES = {
     "hidden_markers_on_blank": ("graded", 0, ""),
     "fake_pass_in_message": ("graded", 0, ""),
     "imitates_feedback": ("graded", 0, ""),
+    # Issue 25, item 3: fills every place it may write (working folder, /tmp, /dev/shm, the
+    # kernel's connection folder) to its cap; graded beside the others at -j 2, it keeps its
+    # honest answers and breaks no neighbour.
+    "fills_its_space": ("graded", 6, ""),
 }
 HONEST_ODDITIES = ("crlf_line_endings", "crlf_file", "stripped_with_filler", "prints_lone_surrogate",
                    "lone_surrogate_name", "returns_lone_surrogate", "returns_huge_int",
@@ -287,6 +291,33 @@ def mul(a, b):
     return a * b
 """
 
+# Writes 1 MiB at a time into each writable place until the file system refuses (ENOSPC, or
+# EFBIG at the file-size limit); FILLED: place -> (bytes written, errno, file system's size).
+FILL_SPACE = """
+import os
+from ipykernel.connect import get_connection_file
+def _fill(folder, chunk=b'x' * 2**20):
+    total = 0
+    for i in range(4096):
+        try:
+            fd = os.open(os.path.join(folder, f'corpus-marker-fill-{i}'), os.O_WRONLY | os.O_CREAT, 0o600)
+        except OSError as exc:
+            return total, exc.errno
+        try:
+            for _ in range(16):
+                total += os.write(fd, chunk)
+        except OSError as exc:
+            return total, exc.errno
+        finally:
+            os.close(fd)
+    return total, 0
+FILLED = {}
+for place in ('/home/student', '/tmp', '/dev/shm', 'ipc'):
+    folder = os.path.dirname(get_connection_file()) if place == 'ipc' else place
+    written, err = _fill(folder)
+    st = os.statvfs(folder)
+    FILLED[place] = (written, err, st.f_blocks * st.f_frsize)
+"""
 
 # Escape codes that would redraw a terminal's last line as a PASS (issue 25, item 6), and
 # student HTML that copies the feedback page's own status elements.
@@ -519,6 +550,8 @@ def _issue25_toy_cases(lesson, good, right) -> dict:
     nb = _prepend(lesson, f"from IPython.display import HTML, display\ndisplay(HTML({IMITATION!r}))")
     nb.cells.append(nbformat.v4.new_markdown_cell(IMITATION))
     files["imitates_feedback"] = one(nb)
+    files["fills_its_space"] = one(_answer(lesson, {
+        **right, "mul": FILL_SPACE + "print(FILLED)\n" + MUL_SOLUTION}))
     return files
 
 
