@@ -17,7 +17,10 @@ user                       own user namespace; as root, a uid   the grader's own
 files                      read-only: /usr, the Python and its  everything this user can
                            environment, mlexp, the lesson's     read and write
                            data; writable: tmpfs working
-                           folder, /tmp, /dev/shm (size-capped)
+                           folder, /tmp, /dev/shm (sharing
+                           --scratch-mb), a 1 MiB connection
+                           folder; no other place writable
+system calls               seccomp filter (autograder.seccomp)  all
 processes                  own PID namespace, all killed with   own process group, killed at
                            the job; process count capped        the end
 network, sockets, IPC      none (own network and IPC            not isolated

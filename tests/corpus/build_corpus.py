@@ -103,6 +103,9 @@ CASES = {
     # kernel's connection folder) to its cap; graded beside the others at -j 2, it keeps its
     # honest answers and breaks no neighbour.
     "fills_its_space": ("graded", 6, ""),
+    # Item 8: nested user namespaces, io_uring, keyrings, bpf, ptrace, mounts through ctypes and
+    # through util-linux's unshare; each is refused, and the honest answers keep their points.
+    "calls_the_kernel_surface": ("graded", 6, ""),
 }
 HONEST_ODDITIES = ("crlf_line_endings", "crlf_file", "stripped_with_filler", "prints_lone_surrogate",
                    "lone_surrogate_name", "returns_lone_surrogate", "returns_huge_int",
@@ -119,6 +122,7 @@ L01_CASES = {
     "l01_prints_history": ("graded", 10, ""),
     "l01_colab_stripped_filler": ("graded", 10, "re-attached by source similarity"),
     "l01_crlf": ("graded", 10, ""),
+    "l01_fills_its_space": ("graded", 10, ""),
 }
 L00_CASES = {
     "l00_equal_objects": ("graded", 0, ""),
@@ -317,6 +321,27 @@ for place in ('/home/student', '/tmp', '/dev/shm', 'ipc'):
     written, err = _fill(folder)
     st = os.statvfs(folder)
     FILLED[place] = (written, err, st.f_blocks * st.f_frsize)
+"""
+# Each call through ctypes and the unshare command; REFUSED holds what failed, and the answer
+# is right only when everything was refused (the names are those of x86_64 and aarch64).
+KERNEL_SURFACE = """
+import ctypes, os, platform, subprocess
+NR = {'x86_64': {'unshare': 272, 'clone3': 435, 'io_uring_setup': 425, 'add_key': 248,
+                 'keyctl': 250, 'bpf': 321, 'ptrace': 101, 'mount': 165, 'userfaultfd': 323},
+      'aarch64': {'unshare': 97, 'clone3': 435, 'io_uring_setup': 425, 'add_key': 217,
+                  'keyctl': 219, 'bpf': 280, 'ptrace': 117, 'mount': 40, 'userfaultfd': 282}}
+ARGS = {'unshare': [0x10000000], 'clone3': [0, 0], 'io_uring_setup': [1, 0], 'ptrace': [0, 0, 0, 0]}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+REFUSED = {}
+for name, nr in NR[platform.machine()].items():
+    rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in ARGS.get(name, [0, 0, 0, 0, 0])])
+    REFUSED[name] = rc < 0 and ctypes.get_errno() in (1, 38)     # EPERM, ENOSYS
+try:
+    REFUSED['unshare -U'] = subprocess.run(['unshare', '-Ur', 'true'], capture_output=True).returncode != 0
+except OSError:
+    REFUSED['unshare -U'] = True
+print('refused:', REFUSED)
 """
 
 # Escape codes that would redraw a terminal's last line as a PASS (issue 25, item 6), and
@@ -552,6 +577,8 @@ def _issue25_toy_cases(lesson, good, right) -> dict:
     files["imitates_feedback"] = one(nb)
     files["fills_its_space"] = one(_answer(lesson, {
         **right, "mul": FILL_SPACE + "print(FILLED)\n" + MUL_SOLUTION}))
+    files["calls_the_kernel_surface"] = one(_answer(lesson, {
+        **right, "mul": KERNEL_SURFACE + "def mul(a, b):\n    return a * b if all(REFUSED.values()) else None"}))
     return files
 
 
@@ -608,6 +635,7 @@ def lesson01_cases(lesson, solution) -> dict:
     nb.metadata["colab"] = {"provenance": []}
     files["l01_colab_stripped_filler"] = {f"{L01}/{L01}.ipynb": nb}
     files["l01_crlf"] = {f"{L01}/{L01}.ipynb": _crlf(good)}
+    files["l01_fills_its_space"] = {f"{L01}/{L01}.ipynb": _prepend(good, FILL_SPACE + "print(FILLED)")}
     return files
 
 
