@@ -22,7 +22,7 @@ CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 
 
-def _check(rc: int, what: str, libc) -> None:
+def _check(rc: int, what: str) -> None:
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -39,14 +39,14 @@ def confine(folder: Path) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     uid, gid = os.geteuid(), os.getegid()
     if uid == 0:
-        _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)", libc)
+        _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     else:
-        _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)", libc)
+        _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)")
         Path("/proc/self/setgroups").write_text("deny")
         Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
         Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
     # Nothing this process mounts from here on reaches the host, and the other way round.
-    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private", libc)
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
     data = f"size={IPC_MB}m,nr_inodes={IPC_INODES},mode=0755,uid={uid},gid={gid}".encode()
     _check(libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                      data), f"mount a tmpfs at {folder}", libc)
+                      data), f"mount a tmpfs at {folder}")
