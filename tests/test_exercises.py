@@ -13,10 +13,12 @@ student's namespace as the self-check runs it. Both must agree:
   five rules of the grader's trust boundary hold.
 """
 import math
+import re
 from dataclasses import dataclass, field
 
 import pytest
 
+from answer_scan import expected_values, leaks
 from autograder.demo import load_catalog
 from exercise_runner import (blank_answers, names_from_test_cells, run_lesson, solution_answers,
                              solution_notebook, points_per_test, is_test, grade_meta)
@@ -58,13 +60,26 @@ class Case:
         return f"{self.lesson[:2]}-{self.test}-{self.name}"
 
 
-def check_outcome(outcome, hint, where):
+ECHO = re.compile(r"(\b(got|returned|answered|gave)|=)\s*'?[\[(]?[-\d.,_ e]*[\])]?'?")
+
+
+def check_outcome(outcome, hint, where, lesson=None, answers=None):
+    """``lesson``: also check that the hint, as printed, states none of the lesson's expected values
+    (tests/answer_scan.py, the rule test_no_answers.py holds the notebooks to). A hint may echo the
+    student's own answer: what follows "got", "returned", "answered", "gave" or "=" is not read, nor
+    a value the student's answer cells (``answers``, {grade_id: source}) hold as typed."""
     if hint is None:
         assert outcome.status == "pass", f"{where}: {outcome}"
     else:
         assert outcome.status == "fail", f"{where}: expected a hint with {hint!r}, got {outcome}"
         assert outcome.message.startswith("Hint:"), f"{where}: {outcome}"
         assert hint in outcome.message, f"{where}: expected {hint!r}, got {outcome.message!r}"
+        if lesson is not None:
+            typed = "\n".join((answers or {}).values())
+            said = ECHO.sub(" ", outcome.message)          # the student's own value, as the hint echoes it
+            stated = sorted({(test, name, shown) for test, name, value, own in expected_values(lesson)
+                             for shown in leaks(said, value, own) if not leaks(typed, value, own)})
+            assert not stated, f"{where}: the hint {outcome.message!r} states expected values {stated}"
 
 
 # ------------------------------------------------------------------------------ lesson 01
@@ -632,9 +647,9 @@ def test_answer_gets_its_verdict(case):
         run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test})
         assert not run.violations, run.violations
         where = f"{case.id} ({mode})"
-        check_outcome(run.outcomes[case.test, "full"], case.hint, where + " full")
+        check_outcome(run.outcomes[case.test, "full"], case.hint, where + " full", case.lesson, case.answers)
         visible_hint = None if case.hidden_only else case.hint
-        check_outcome(run.outcomes[case.test, "visible"], visible_hint, where + " visible")
+        check_outcome(run.outcomes[case.test, "visible"], visible_hint, where + " visible", case.lesson, case.answers)
 
 
 DEMO = [(a, s) for a in LESSONS for s in CATALOG[a]["students"]]
@@ -652,8 +667,8 @@ def test_catalogued_student_gets_its_score_and_hints(lesson, student):
         score = 0
         for test, pts in points.items():
             hint = spec["expect"]["hints"].get(test)
-            check_outcome(run.outcomes[test, "full"], hint, f"{student} {test} ({mode})")
-            check_outcome(run.outcomes[test, "visible"], hint, f"{student} {test} visible ({mode})")
+            check_outcome(run.outcomes[test, "full"], hint, f"{student} {test} ({mode})", lesson, answers)
+            check_outcome(run.outcomes[test, "visible"], hint, f"{student} {test} visible ({mode})", lesson, answers)
             score += pts if run.outcomes[test, "full"].status == "pass" else 0
         assert (score, sum(points.values())) == (spec["expect"]["score"], spec["expect"]["max_score"])
 
