@@ -430,6 +430,104 @@ CASES += [
 ]
 
 
+# Chunkwise linear attention (issue 28, item 2): loop orders, dtypes, einsum, in-place, no loop at all.
+CHUNK_DEF = "def chunkwise_linear_attention(q, k, v, chunk_size):\n"
+CHUNK_READ = "out.append(Qc @ S + scores @ Vc)                           # inter-chunk read, then intra-chunk"
+CHUNK_WRITE = "S = S + Kc.transpose(-1, -2) @ Vc                          # only now write this chunk"
+CHUNK_LOOP = "for start in range(0, T, chunk_size):"
+CHUNK_MASK = "scores = (Qc @ Kc.transpose(-1, -2)).tril()"
+CHUNK_EINSUM = CHUNK_DEF + """    S = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    out = []
+    for start in range(0, q.shape[2], chunk_size):
+        Qc, Kc, Vc = q[:, :, start:start + chunk_size], k[:, :, start:start + chunk_size], v[:, :, start:start + chunk_size]
+        scores = torch.einsum('bhid,bhjd->bhij', Qc, Kc)
+        mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        out.append(torch.einsum('bhid,bhdv->bhiv', Qc, S) + torch.einsum('bhij,bhjv->bhiv', scores * mask, Vc))
+        S = S + torch.einsum('bhjd,bhjv->bhdv', Kc, Vc)
+    return torch.cat(out, dim=2)
+"""
+CHUNK_IN_PLACE = CHUNK_DEF + """    B, H, T, D_k = q.shape
+    o = v.new_zeros(B, H, T, v.shape[-1])
+    S = q.new_zeros(B, H, D_k, v.shape[-1])
+    for start in {range}:
+        end = min(start + chunk_size, T)
+        Qc, Kc, Vc = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end]
+        o[:, :, start:end] = Qc @ S
+        o[:, :, start:end] += torch.tril(Qc @ Kc.transpose(-1, -2)) @ Vc
+        S += Kc.transpose(-1, -2) @ Vc
+    return o
+"""
+CHUNK_STATES_FIRST = CHUNK_DEF + """    T = q.shape[2]
+    starts = list(range(0, T, chunk_size))
+    states = [q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])]
+    for start in starts[:-1]:                       # first pass: the state entering each chunk
+        states.append(states[-1] + k[:, :, start:start + chunk_size].transpose(-1, -2) @ v[:, :, start:start + chunk_size])
+    out = [None] * len(starts)
+    for i in reversed(range(len(starts))):          # second pass, last chunk first
+        s = slice(starts[i], starts[i] + chunk_size)
+        Qc, Kc, Vc = q[:, :, s], k[:, :, s], v[:, :, s]
+        out[i] = Qc @ states[i] + (Qc @ Kc.transpose(-1, -2)).tril() @ Vc
+    return torch.cat(out, dim=2)
+"""
+CHUNK_VECTORISED = CHUNK_DEF + """    B, H, T, D_k = q.shape
+    C = chunk_size
+    N = -(-T // C)                                   # chunks, the last one padded with zeros
+    pad = N * C - T
+    Q, K, V = (F.pad(x, (0, 0, 0, pad)).reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v))
+    intra = (Q @ K.transpose(-1, -2)).tril() @ V                       # (B, H, N, C, D_v)
+    written = K.transpose(-1, -2) @ V                                 # (B, H, N, D_k, D_v)
+    before = written.cumsum(2) - written                              # the state entering each chunk
+    o = Q @ before + intra
+    return o.reshape(B, H, N * C, -1)[:, :, :T]
+"""
+CHUNK_TOKEN_LOOP = CHUNK_DEF + """    S = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    out = []
+    for t in range(q.shape[2]):
+        S = S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        out.append((q[:, :, t, None, :] @ S)[:, :, 0])
+    return torch.stack(out, dim=2)
+"""
+
+
+def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False):
+    answer = source if source is not None else sol(L03, "chunkwise_form", *edits)
+    return Case(L03, "test_chunkwise_form", name, {"chunkwise_form": answer}, hint, hidden_only)
+
+
+CASES += [
+    l03_chunk("solution"),
+    l03_chunk("einsum and an explicit mask", source=CHUNK_EINSUM),
+    l03_chunk("in place into a preallocated output", source=CHUNK_IN_PLACE.format(range="range(0, T, chunk_size)")),
+    l03_chunk("states first, chunks in reverse", source=CHUNK_STATES_FIRST),
+    l03_chunk("no Python loop (padded, cumsum of chunk states)", source=CHUNK_VECTORISED),
+    l03_chunk("float64 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
+              ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(dtype)")),
+    l03_chunk("tail dropped", (CHUNK_LOOP, "for start in range(0, T - T % chunk_size, chunk_size):"), hint="a chunk boundary is off by one"),
+    l03_chunk("range(T // C)", (CHUNK_LOOP, "for start in (i * chunk_size for i in range(T // chunk_size)):"), hint="a chunk boundary is off by one"),
+    l03_chunk("slices one short", ("start:start + chunk_size]", "start:start + chunk_size - 1]"), hint="a chunk boundary is off by one"),
+    l03_chunk("tail left at zero", source=CHUNK_IN_PLACE.format(range="range(0, T - chunk_size + 1, chunk_size)"), hint="it was never computed"),
+    l03_chunk("state written before read", (CHUNK_READ, CHUNK_WRITE + "\n        " + CHUNK_READ), (CHUNK_WRITE + "\n        " + CHUNK_READ + "\n        " + CHUNK_WRITE, CHUNK_WRITE + "\n        " + CHUNK_READ),
+              hint="before the chunk's queries read it"),
+    l03_chunk("state written first, strict mask", (CHUNK_READ, CHUNK_WRITE + "\n        " + CHUNK_READ), (CHUNK_WRITE + "\n        " + CHUNK_READ + "\n        " + CHUNK_WRITE, CHUNK_WRITE + "\n        " + CHUNK_READ),
+              (".tril()", ".tril(-1)"), hint="before the chunk's queries read it"),
+    l03_chunk("state written first, no intra term", (CHUNK_READ, "S = S + Kc.transpose(-1, -2) @ Vc\n        out.append(Qc @ S)"), (CHUNK_WRITE, ""), hint="later ones included"),
+    l03_chunk("no causal mask", (CHUNK_MASK, "scores = Qc @ Kc.transpose(-1, -2)"), hint="later ones included"),
+    l03_chunk("mask drops the diagonal", (".tril()", ".tril(-1)"), hint="leaves out the diagonal"),
+    l03_chunk("upper triangle", (".tril()", ".triu()"), hint="keeps the upper triangle"),
+    l03_chunk("no inter-chunk term", (CHUNK_READ, "out.append(scores @ Vc)"), hint="the inter-chunk term is missing"),
+    l03_chunk("calls the library op", source=CHUNK_DEF + "    return linear_attention(q, k, v, impl='chunk', chunk_size=chunk_size)[0]\n",
+              hint="Write the loop over chunks with tensor operations"),
+    l03_chunk("loop over tokens", source=CHUNK_TOKEN_LOOP, hint="Loop over the T / C chunks only"),
+    l03_chunk("float32 state", ("S = q.new_zeros(B, H, D_k, v.shape[-1])", "S = torch.zeros(B, H, D_k, v.shape[-1])"), hint="Create S with the inputs' dtype"),
+    l03_chunk("float32 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v = q.float(), k.float(), v.float()\n    B, H, T, D_k = q.shape"),
+              ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(dtype)"), hint="went through float32 somewhere"),
+    l03_chunk("renamed", source=CHUNK_DEF.replace("chunkwise_linear_attention", "chunked_linear_attention") + "    return q\n",
+              hint="chunkwise_linear_attention is not defined"),
+    l03_chunk("raises on a short last chunk", (CHUNK_READ, "out.append(Qc @ S + scores @ Vc[:, :, :chunk_size - 1])"), hint="chunkwise_linear_attention raised"),
+    l03_chunk("unforeseen", ("return torch.cat(out, dim=2)", "return 0.5 * torch.cat(out, dim=2)"), hint="differs from the token loop by up to"),
+]
+
+
 # ------------------------------------------------------------------------------ lessons 04 and 05
 L04, L05 = "04_hybrid_kv_cache", "05_inattention"
 JAMBA = "jamba_256k_gib = kv_cache_gib(n_attn_layers=4, n_kv_heads=8, head_dim=128, context=256 * 1024)"
