@@ -79,6 +79,8 @@ def claims(t, sweep):
         "gated_delta: 1e-3 far worse (by > 0.1), 3e-3 a little worse than 6e-3":
             best_rate(gd) == 6e-3 and gd[1e-3]["mqar_mean"] < gd[6e-3]["mqar_mean"] - 0.1
             and gd[6e-3]["mqar_mean"] - 0.05 < gd[3e-3]["mqar_mean"] < gd[6e-3]["mqar_mean"],
+        "gated_delta at 1e-3: its loss was still falling when training stopped (last 50 steps > 0.1 below the 50 before)":
+            mean(gd[1e-3]["losses"][-100:-50]) - mean(gd[1e-3]["losses"][-50:]) > 0.1,
         "gated_delta learned the task in all three seeds at its rate (MQAR > 0.85)":
             every(lambda i: v("gated_delta", "mqar")[i] > 0.85),
         "decay: 1e-3 and 3e-3 nearly tied in the sweep (within 0.01), 1e-3 chosen":
@@ -155,6 +157,8 @@ def claims(t, sweep):
             every(lambda i: all(v(d, "mqar_2x")[i] < v(d, "mqar")[i] for d in ("attention", "hybrid_at_0"))),
         "gated_delta keeps its accuracy at twice the length within 0.01 in every seed":
             every(lambda i: abs(v("gated_delta", "mqar_2x")[i] - v("gated_delta", "mqar")[i]) <= 0.01),
+        "at twice the length inattention and window_8 stay at their floors (within 0.02 of T = 64)":
+            every(lambda i: all(abs(v(d, "mqar_2x")[i] - v(d, "mqar")[i]) < 0.02 for d in ("inattention", "window_8"))),
         "window_32 loses a larger share at twice the length than attention and hybrid_at_0, every seed":
             every(lambda i: share_2x("window_32", i) < min(share_2x("attention", i), share_2x("hybrid_at_0", i))),
     }
