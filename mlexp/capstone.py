@@ -18,7 +18,7 @@ __all__ = ["LAYER_KINDS", "Design", "lesson_designs", "RecallLM", "build_model",
            "CapstoneConfig", "train_and_score", "run_designs", "pareto_front"]
 
 # One word per layer kind. "attention" keeps a KV cache of every token, "window" one of the last
-# `window` tokens, "gated_delta" and "decay" a fixed state per head, "inattention" reads keys and
+# `window` tokens, "gated_delta" and "decay" (a scalar-decay linear attention) a fixed state per head, "inattention" reads keys and
 # values from the initial states Y (lesson 05), so what it keeps per token is one y.
 LAYER_KINDS = ("attention", "window", "gated_delta", "decay", "inattention")
 RECURRENT_KINDS = ("gated_delta", "decay")
@@ -56,7 +56,9 @@ def lesson_designs(n_layers: int = 4, placements=(0, 3), windows=(8, 32)) -> dic
     """The lesson's designs, {name: Design}, all of ``n_layers`` layers.
 
     attention (every layer attention); gated_delta (every layer Gated DeltaNet); decay (every
-    layer a scalar data-dependent decay with additive writes, as Mamba-2); hybrid_at_<i>: Gated
+    layer ``DecayLinearAttention(decay="data")``: one sigmoid decay per head and token, additive
+    writes k v^T of unnormalised keys, write weight 1; RetNet's form with a data-dependent decay,
+    not Mamba-2's, which scales its writes by the step size dt that sets its decay); hybrid_at_<i>: Gated
     DeltaNet everywhere but one attention layer at index i, for each i in ``placements``;
     window_<w>: sliding-window attention of w tokens in every layer, for each w in ``windows``;
     inattention: InAttention in every layer. Raises ValueError for a placement outside the stack.
@@ -209,8 +211,9 @@ def train_and_score(design: Design, config: CapstoneConfig, seed: int = 0, devic
     Returns a dict: name, pattern, params, seconds (training wall time), loss (mean of the last
     50 steps), bytes and bytes_2x (total memory at seq_len and 2 seq_len), mqar {pairs: accuracy},
     overwrite {pairs: accuracy}, mqar_2x {pairs: accuracy} (at twice the training length), and
-    the means mqar_mean, overwrite_mean, mqar_2x_mean. Accuracy is over every scored query; chance
-    is 1 / n_values. Evaluation sequences come from seeds other than training's.
+    the means mqar_mean, overwrite_mean, mqar_2x_mean, and losses (the training loss of every
+    step, for loss curves). Accuracy is over every scored query; chance is 1 / n_values.
+    Evaluation sequences come from seeds other than training's.
     """
     model = build_model(design, config, seed)
     start = time.perf_counter()
@@ -226,7 +229,7 @@ def train_and_score(design: Design, config: CapstoneConfig, seed: int = 0, devic
     tail = history["loss"][-50:]
     return {"name": design.name, "pattern": design.pattern, "params": count_params(model), "seconds": seconds,
             "loss": sum(tail) / max(len(tail), 1), "bytes": mem(config.seq_len), "bytes_2x": mem(2 * config.seq_len),
-            **scores}
+            **scores, "losses": list(history["loss"])}
 
 
 def run_designs(designs, config: CapstoneConfig, seed: int = 0, progress: bool = True) -> list:

@@ -1,0 +1,215 @@
+"""Lesson 06's prose against its committed tables: every comparison its conclusions state is
+re-checked here on solutions/06_recall_per_byte/seeds.md (three seeds, from `python -m autograder
+seeds`) and lr_sweep.json (scripts/lr_sweep.py). When a re-run changes a table so that a sentence no
+longer holds, the claim of that sentence fails here, by name, and the prose must change with it."""
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from mlexp.capstone import pareto_front
+from mlexp.seeds import parse_markdown
+
+LESSON = Path(__file__).resolve().parents[1] / "solutions" / "06_recall_per_byte"
+CHANCE = 1 / 32                     # n_values of CapstoneConfig
+
+
+def load_table(text):
+    """{design: {number: [value per seed]}} from the recall rows of a seeds.md text."""
+    table = {}
+    for row in parse_markdown(text)["06_recall_per_byte"]:
+        if row["result"].startswith("recall model="):
+            table.setdefault(row["result"].split("=", 1)[1], {})[row["number"]] = row["values"]
+    return table
+
+
+def load_sweep(text):
+    """{design: {rate: run}} from lr_sweep.json."""
+    out = {}
+    for r in json.loads(text)["runs"]:
+        out.setdefault(r["name"], {})[r["lr"]] = r
+    return out
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def best_rate(by_rate):
+    """The notebook's choice: the highest MQAR of the sweep, the lower final loss on a tie."""
+    return max(by_rate, key=lambda lr: (by_rate[lr]["mqar_mean"], -by_rate[lr]["loss"]))
+
+
+def stack_reach(window, n_layers=4, conv_taps=3):
+    """Lesson 00's reach, L (k - 1) + 1, block by block: a 3-tap convolution adds 2, a window of w adds w - 1."""
+    return n_layers * ((conv_taps - 1) + (window - 1)) + 1
+
+
+def query_shares(window, n=2000):
+    """[(share of MQAR queries whose key is within one window, ... within the stack's reach)] per pair count."""
+    import torch
+
+    from mlexp.capstone import CapstoneConfig
+
+    gen, out = torch.Generator().manual_seed(0), []
+    for task in CapstoneConfig().mqar_tasks():
+        d = task.sample(n, gen).distances
+        d = d[d >= 0]
+        out.append(((d <= window - 1).double().mean().item(), (d <= stack_reach(window) - 1).double().mean().item()))
+    return out
+
+
+def claims(t, sweep):
+    """{claim: holds?}: one entry per comparison the lesson's prose makes (cells 24, 29, 32, 33)."""
+    v = lambda d, k: t[d][k]                                   # per-seed values
+    seeds = range(len(v("attention", "mqar")))
+    every = lambda f: all(f(i) for i in seeds)
+    sd = lambda xs: math.sqrt(sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1))
+    dec, gd = sweep["decay"], sweep["gated_delta"]
+    w8, w32 = query_shares(8), query_shares(32)
+    share_2x = lambda d, i: (v(d, "mqar_2x")[i] - v(d, "mqar")[i]) / v(d, "mqar")[i]
+    return {
+        # section 3 / 4: the rates
+        "seeds.md trains each swept design at its best rate of the sweep":
+            all(v(d, "lr")[0] == pytest.approx(best_rate(sweep[d])) for d in sweep),
+        "the designs not swept train at 6e-3":
+            all(v(d, "lr")[0] == pytest.approx(6e-3) for d in t if d not in sweep),
+        "gated_delta: 1e-3 far worse (by > 0.1), 3e-3 a little worse than 6e-3":
+            best_rate(gd) == 6e-3 and gd[1e-3]["mqar_mean"] < gd[6e-3]["mqar_mean"] - 0.1
+            and gd[6e-3]["mqar_mean"] - 0.05 < gd[3e-3]["mqar_mean"] < gd[6e-3]["mqar_mean"],
+        "gated_delta at 1e-3: its loss was still falling when training stopped (last 50 steps > 0.1 below the 50 before)":
+            mean(gd[1e-3]["losses"][-100:-50]) - mean(gd[1e-3]["losses"][-50:]) > 0.1,
+        "gated_delta learned the task in all three seeds at its rate (MQAR > 0.85)":
+            every(lambda i: v("gated_delta", "mqar")[i] > 0.85),
+        "decay: 1e-3 and 3e-3 nearly tied in the sweep (within 0.01), 1e-3 chosen":
+            abs(dec[1e-3]["mqar_mean"] - dec[3e-3]["mqar_mean"]) < 0.01 and best_rate(dec) == 1e-3,
+        "hybrid_at_3's failed seed still had a loss far above the others' (> 1 against < 0.5)":
+            all((x > 1.0) == (a < 0.3) for x, a in zip(v("hybrid_at_3", "loss"), v("hybrid_at_3", "mqar")))
+            and all(x < 0.5 for x, a in zip(v("hybrid_at_3", "loss"), v("hybrid_at_3", "mqar")) if a > 0.9),
+        "decay at 6e-3: final loss above 3.2 (ln 32 = 3.47) in the sweep":
+            dec[6e-3]["loss"] > 3.2,
+        "decay at 1e-3 and 3e-3 learned part of the task (MQAR > 4 x chance, loss < 3)":
+            all(dec[lr]["mqar_mean"] > 4 * CHANCE and dec[lr]["loss"] < 3.0 for lr in (1e-3, 3e-3)),
+        "decay's best rate beats 6e-3 in the sweep (part of the failure was the rate)":
+            best_rate(dec) != 6e-3 and dec[best_rate(dec)]["mqar_mean"] > dec[6e-3]["mqar_mean"] + 0.05,
+        "decay at its best rate stays far below gated_delta in every seed (by > 0.3)":
+            every(lambda i: v("decay", "mqar")[i] < v("gated_delta", "mqar")[i] - 0.3),
+        "decay at its best rate is below gated_delta's worst seed at 24 pairs":
+            max(v("decay", "mqar")) < min(v("gated_delta", "mqar_p24")),
+        # all attention and the first hybrid
+        "attention answers almost every query (MQAR > 0.98 at every pair count, every seed)":
+            every(lambda i: all(v("attention", f"mqar_p{n}")[i] > 0.98 for n in (4, 8, 16, 24))),
+        "hybrid_at_0 matches attention within the spread in every seed (|gap| < 0.01)":
+            every(lambda i: abs(v("hybrid_at_0", "mqar")[i] - v("attention", "mqar")[i]) < 0.01),
+        "hybrid_at_0 keeps about a third of attention's bytes":
+            0.3 < v("hybrid_at_0", "bytes")[0] / v("attention", "bytes")[0] < 0.4,
+        # Gated DeltaNet's fall with the pairs
+        "gated_delta falls as the pairs grow, in every seed (p4 > p8 > p16 > p24)":
+            every(lambda i: v("gated_delta", "mqar_p4")[i] > v("gated_delta", "mqar_p8")[i]
+                  > v("gated_delta", "mqar_p16")[i] > v("gated_delta", "mqar_p24")[i]),
+        "gated_delta's fall is gradual: no cliff past 16 pairs (the 16 -> 24 drop is less than 0.3 in every seed)":
+            every(lambda i: v("gated_delta", "mqar_p16")[i] - v("gated_delta", "mqar_p24")[i] < 0.3),
+        # windows and InAttention
+        "window_8 sits at chance in every seed (MQAR < 2 x chance)":
+            every(lambda i: v("window_8", "mqar")[i] < 2 * CHANCE),
+        "inattention stays close to 1/n, a little above it, in every seed (at 24 pairs: between 1/24 and 2/24)":
+            every(lambda i: 1 / 24 < v("inattention", "mqar_p24")[i] < 2 / 24),
+        "one 8-token window holds the key of under a tenth of the queries, its stack reaches over half":
+            all(one < 0.1 and stack > 0.5 for one, stack in w8),
+        "the 32-token stack reaches every key at T = 64":
+            all(stack == 1.0 for one, stack in w32),
+        # overwrites
+        "where gated_delta learned (MQAR > 0.8), it beat attention's best seed on overwrites":
+            all(v("gated_delta", "overwrite")[i] > max(v("attention", "overwrite"))
+                for i in seeds if v("gated_delta", "mqar")[i] > 0.8) and any(v("gated_delta", "mqar")[i] > 0.8 for i in seeds),
+        # section 5: the winners at each budget (means)
+        "at 10 KiB gated_delta recalls best of the 9 KiB designs in every seed":
+            every(lambda i: all(v("gated_delta", "mqar")[i] > v(d, "mqar")[i]
+                                for d in ("decay", "window_8", "inattention"))),
+        "at 1 MiB hybrid_at_0's mean is above attention's, by less than either's sd (a tie)":
+            0 < mean(v("hybrid_at_0", "mqar")) - mean(v("attention", "mqar"))
+            < min(sd(v("attention", "mqar")), sd(v("hybrid_at_0", "mqar"))),
+        "the Pareto front of the means runs gated_delta -> hybrid_at_0 (attention drops off)":
+            [list(t)[i] for i in pareto_front([(v(d, "bytes")[0], mean(v(d, "mqar"))) for d in t])]
+            == ["gated_delta", "hybrid_at_0"],
+        # hybrid_at_3
+        "hybrid_at_3 had not learned in one seed (MQAR < 0.3) and learned in the other two (> 0.9)":
+            sorted(x < 0.3 for x in v("hybrid_at_3", "mqar")) == [False, False, True]
+            and sum(x > 0.9 for x in v("hybrid_at_3", "mqar")) == 2,
+        "where hybrid_at_3 learned, it fell with the pairs (p4 - p24 > 0.1), far below attention at 24 pairs (> 0.1)":
+            all(v("hybrid_at_3", "mqar_p4")[i] - v("hybrid_at_3", "mqar_p24")[i] > 0.1
+                and v("hybrid_at_3", "mqar_p24")[i] < min(v("attention", "mqar_p24")) - 0.1
+                for i in seeds if v("hybrid_at_3", "mqar")[i] > 0.9),
+        "where hybrid_at_3 learned, it beat attention's best seed on overwrites":
+            all(v("hybrid_at_3", "overwrite")[i] > max(v("attention", "overwrite"))
+                for i in seeds if v("hybrid_at_3", "mqar")[i] > 0.9),
+        "hybrid_at_3 keeps its accuracy at twice the length within 0.01 in every seed":
+            every(lambda i: abs(v("hybrid_at_3", "mqar_2x")[i] - v("hybrid_at_3", "mqar")[i]) <= 0.01),
+        # window_32 against the share one window can answer directly
+        "window_32 ranges from below the one-window share to above it over the seeds":
+            min(v("window_32", "mqar")) < min(one for one, _ in w32) and max(v("window_32", "mqar")) > max(one for one, _ in w32),
+        "window_32 varies widely between seeds (max - min > 0.3)":
+            max(v("window_32", "mqar")) - min(v("window_32", "mqar")) > 0.3,
+        # section 6: twice the length
+        "attention and hybrid_at_0 lose accuracy at twice the length in every seed":
+            every(lambda i: all(v(d, "mqar_2x")[i] < v(d, "mqar")[i] for d in ("attention", "hybrid_at_0"))),
+        "gated_delta keeps its accuracy at twice the length within 0.01 in every seed":
+            every(lambda i: abs(v("gated_delta", "mqar_2x")[i] - v("gated_delta", "mqar")[i]) <= 0.01),
+        "at twice the length inattention and window_8 stay at their floors (within 0.02 of T = 64)":
+            every(lambda i: all(abs(v(d, "mqar_2x")[i] - v(d, "mqar")[i]) < 0.02 for d in ("inattention", "window_8"))),
+        "window_32 loses a larger share at twice the length than attention and hybrid_at_0, every seed":
+            every(lambda i: share_2x("window_32", i) < min(share_2x("attention", i), share_2x("hybrid_at_0", i))),
+    }
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return load_table((LESSON / "seeds.md").read_text()), load_sweep((LESSON / "lr_sweep.json").read_text())
+
+
+def test_every_claim_of_the_prose_holds_on_the_committed_tables(committed):
+    failed = [c for c, ok in claims(*committed).items() if not ok]
+    assert not failed, f"lesson 06 states these, and its committed tables no longer support them: {failed}"
+
+
+def test_the_claims_fail_when_the_table_changes(committed):
+    """The check can fail: swapping two designs' rows, or another rate, breaks the claims that name them."""
+    table, sweep = committed
+    swapped = copy.deepcopy(table)
+    swapped["decay"], swapped["gated_delta"] = swapped["gated_delta"], swapped["decay"]
+    broken = [c for c, ok in claims(swapped, sweep).items() if not ok]
+    assert "decay at its best rate stays far below gated_delta in every seed (by > 0.3)" in broken
+    other_rate = copy.deepcopy(table)
+    other_rate["decay"]["lr"] = [6e-3] * len(other_rate["decay"]["lr"])
+    assert not claims(other_rate, sweep)["seeds.md trains each swept design at its best rate of the sweep"]
+    flat = copy.deepcopy(table)
+    flat["gated_delta"]["mqar_p24"] = list(flat["gated_delta"]["mqar_p4"])
+    assert not claims(flat, sweep)["gated_delta falls as the pairs grow, in every seed (p4 > p8 > p16 > p24)"]
+
+
+def test_seed_0_of_the_table_reproduces_the_sweep(committed):
+    """Determinism: the notebook's seed-0 run of a swept design, in the seed runner's process, gives
+    the numbers the sweep's run at the same rate gave in its own process (printed to 3 decimals)."""
+    table, sweep = committed
+    for d, by_rate in sweep.items():
+        r = by_rate[best_rate(by_rate)]
+        assert table[d]["mqar"][0] == pytest.approx(round(r["mqar_mean"], 3), abs=1e-9), d
+        assert table[d]["loss"][0] == pytest.approx(round(r["loss"], 3), abs=1e-9), d
+
+
+def test_the_reach_the_prose_states_is_the_models():
+    """Lesson 06 says four window-8 blocks reach 37 positions: measured with gradients, as lesson 00 does."""
+    import torch
+
+    from mlexp.capstone import CapstoneConfig, build_model, lesson_designs
+
+    model = build_model(lesson_designs()["window_8"], CapstoneConfig(), seed=0)
+    ids = torch.randint(32, (1, 100), generator=torch.Generator().manual_seed(0))
+    y = model.embed(ids).detach().requires_grad_(True)
+    x = y
+    for block in model.blocks:
+        x = block(x, y)
+    model.head(model.norm(x))[0, -1].sum().backward()
+    assert int((y.grad[0].abs().sum(-1) > 0).sum()) == stack_reach(8) == 37
