@@ -92,7 +92,9 @@ class DecayLinearAttention(_HeadMixer):
 
     decay="fixed": RetNet's per-head constants gamma_h = 1 - 2^(-5-h) (Sun et al. 2023).
     decay="data": one decay per head and token, alpha_t = sigmoid(w_h . x_t + c_h), passed to the
-    op in log space as g = logsigmoid(.) (the scalar-per-head gate of Mamba-2 / Gated DeltaNet).
+    op in log space as g = logsigmoid(.): a scalar decay per head and token, as in Mamba-2 and Gated
+    DeltaNet, but from a sigmoid rather than Mamba-2's exp(-dt_t a), and the write is not scaled
+    by a step size (Mamba-2 writes dt_t k_t v_t^T; Dao and Gu 2024).
     The bias c_h starts at logit(gamma_h), so a fresh data-dependent mixer starts from RetNet's
     decays. Queries are scaled by head_dim^-1/2 and each head's output is RMS-normalised.
     forward: x (B, T, dim) -> (B, T, dim).

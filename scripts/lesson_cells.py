@@ -214,6 +214,12 @@ def _span(cpu_seconds: float, wall_seconds: float) -> str:
     return f"about {hi} minutes" if lo >= hi else f"between about {lo} and {hi} minutes"
 
 
+def _load_range(t: dict) -> str:
+    """The load averages before and after a measurement, low to high: "4", or "3-4"."""
+    low, high = sorted((round(t["load_before"]), round(t["load_after"])))
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
 def time_paragraph(lesson_id: str, times: dict, sets_threads: bool = True) -> str:
     """The intro's **Time.** paragraph: the reading estimate plus the run time measured here.
 
@@ -233,7 +239,7 @@ def time_paragraph(lesson_id: str, times: dict, sets_threads: bool = True) -> st
     text += (f" Running every cell at full size takes {_span(t['cpu_seconds'], t['seconds'])} on a "
              f"laptop-class CPU: the kernel used {t['cpu_seconds']:.0f} s of CPU time, and the wall clock "
              f"showed {t['seconds']:.0f} s on a shared 2-core machine that other jobs were loading "
-             f"(load average {t['load_before']:.0f}-{t['load_after']:.0f}; {threads}{t['date']})")
+             f"(load average {_load_range(t)}; {threads}{t['date']})")
     text += "; no model is trained." if heavy.startswith("nothing") else f". Most of it is {heavy}."
     text += (" Under the auto-grader the experiments run at a token size, so a submission grades in "
              "seconds. No GPU time has been measured.")
