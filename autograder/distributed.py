@@ -41,6 +41,7 @@ import nbformat
 
 from . import jail, sandbox
 from .options import GradingOptions
+from .protocol import RemoteJob, Report
 
 try:   # the plugin's base class; without dask the module still imports (and the CLI says why)
     from distributed.diagnostics.plugin import WorkerPlugin
@@ -178,12 +179,19 @@ def run_remote(payload: dict) -> dict:
     and files of ``payload`` (built by :meth:`DaskExecutor.payload`). Returns ``{"notebook":
     executed notebook JSON or None, "report", "worker", "host", "notes"}`` (the report also
     names the worker, and how many workers died under this submission before). Raises WorkerUnfit
-    when this worker differs from the grading machine; returns a report asking for review,
-    without running, when :data:`WORKER_DEATHS` workers already died under this submission."""
+    when this worker differs from the grading machine (or reads another protocol version,
+    :data:`autograder.protocol.VERSION`); returns a report asking for review, without running,
+    when :data:`WORKER_DEATHS` workers already died under this submission."""
     from distributed import get_worker
+
+    from .protocol import ProtocolMismatch
     worker = get_worker()
-    options = GradingOptions(**payload["options"])
-    check = check_worker(payload["environment"], options)
+    try:
+        job = RemoteJob.from_dict(payload)
+    except ProtocolMismatch as exc:
+        raise WorkerUnfit(f"worker {worker.address}: {exc}") from None
+    options = GradingOptions(**job.options)
+    check = check_worker(job.environment, options)
     out = {"notebook": None, "worker": worker.address, "host": check["host"],
            "notes": check["notes"]}
     if check["unfit"]:
@@ -193,18 +201,20 @@ def run_remote(payload: dict) -> dict:
         out["report"] = _review_report(f"{deaths} grading workers died while running it "
                                        "(killed, or out of memory); it was not run again")
         return out
-    nb = nbformat.reads(payload["notebook"], as_version=4)
+    nb = nbformat.reads(job.notebook, as_version=4)
     with tempfile.TemporaryDirectory(prefix="autograder-data-") as tmp:
-        _write_files(Path(tmp), payload["files"])
+        _write_files(Path(tmp), job.files)
         executed, report = sandbox.run_submission(nb, Path(tmp), options,
                                                   course_root=worker_course_root())
     out["notebook"] = nbformat.writes(executed) if executed is not None else None
-    out["report"] = {**report, "worker": worker.address, "worker_deaths": deaths}
+    done = Report.from_dict(report)
+    done.worker, done.worker_deaths = worker.address, deaths
+    out["report"] = done.to_dict()
     return out
 
 
 def _review_report(reason: str) -> dict:
-    return {"review": [reason], "timeouts": [], "kernel": "", "capped": [], "tampered": []}
+    return Report.needs_review(reason).to_dict()
 
 
 def _pack(folder) -> list:
@@ -284,8 +294,9 @@ class DaskExecutor:
     def payload(self, nb, data_dir, options: GradingOptions, label: str) -> dict:
         """What one task carries: the notebook, the files beside it, the limits, the label
         (lesson/student) and this machine's environment, for the worker to compare."""
-        return {"notebook": nbformat.writes(nb), "files": _pack(Path(data_dir)),
-                "options": options.as_dict(), "label": label, "environment": self.expected}
+        return RemoteJob(notebook=nbformat.writes(nb), files=_pack(Path(data_dir)),
+                         options=options.as_dict(), label=label,
+                         environment=self.expected).to_dict()
 
     def __call__(self, nb, data_dir, options: GradingOptions, label: str = "") -> tuple:
         """Run one submission on the cluster; returns (executed notebook or None, report) as

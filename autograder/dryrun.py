@@ -36,6 +36,7 @@ from . import wire as grading
 
 from .harness import KernelLink, is_test_cell, run_test
 from .options import GradingOptions
+from .protocol import KernelReply
 
 __all__ = ["Outcome", "needed_cells", "run_exercises"]
 
@@ -108,8 +109,8 @@ class LocalLink(KernelLink):
         super().__init__(_Client())
         self.ns = ns
 
-    def request(self, req: dict, what: str) -> dict:
-        req = json.loads(json.dumps(req, allow_nan=True))
+    def request(self, req, what: str):
+        req = json.loads(req.to_json())
         saved = grading._user_ns
         grading._user_ns = lambda: self.ns
         try:
@@ -118,7 +119,7 @@ class LocalLink(KernelLink):
             reply = grading._exception(exc)
         finally:
             grading._user_ns = saved
-        return json.loads(json.dumps(reply, allow_nan=True))
+        return KernelReply.from_dict(json.loads(json.dumps(reply, allow_nan=True)))
 
 
 class _CellTimeout(Exception):

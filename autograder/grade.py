@@ -33,6 +33,7 @@ from .collect import choose_notebook, collect
 from .config import list_assignments, work_config
 from .journal import atomic_write, digest, load_result, save_result
 from .options import GradingOptions
+from .protocol import Report
 from .repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 from .results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, OVERRIDES_FILE,
                       TIMESTAMP_SOURCE, Result, final_grades, read_overrides, write_grades_csv)
@@ -62,11 +63,12 @@ class _Job:
 
 def _status(report: dict, review: list, options: GradingOptions) -> str:
     """The status of a graded submission from the harness report and the repair's findings."""
-    reasons = list(dict.fromkeys(review + sandbox.review_reasons(report)))
+    report = Report.from_dict(report) if isinstance(report, dict) else report
+    reasons = list(dict.fromkeys(review + report.reasons()))
     if reasons:
         return "needs manual review: " + "; ".join(reasons)
-    if report.get("timeouts"):
-        return (f"timed out: {', '.join(report['timeouts'][:6])} ran past the "
+    if report.timeouts:
+        return (f"timed out: {', '.join(report.timeouts[:6])} ran past the "
                 f"{options.cell_timeout} s limit per cell (scored as failed)")
     return "graded"
 
@@ -200,14 +202,11 @@ class _Grader:
                 res.retry = True
         if self.cluster is not None:   # ...but losing the cluster does: nothing is committed
             self.cluster.raise_if_stopped()
-        try:
-            report = json.loads(report_file.read_text())
-        except (OSError, ValueError):
-            report = {}
+        report = Report.read(report_file)
         if res.status == "graded":
             res.status = _status(report, job.review, self.options)
-        if report.get("capped"):
-            res.notes.append(f"output capped in {len(report['capped'])} cell(s) "
+        if report.capped:
+            res.notes.append(f"output capped in {len(report.capped)} cell(s) "
                              f"({self.options.cell_output_kb} KiB per cell, "
                              f"{self.options.notebook_output_kb} KiB per notebook)")
         return res

@@ -44,6 +44,7 @@ from .wire import WIRE_MIME, Opaque, WireError, decode, encode  # noqa: E402
 from . import jail, partial  # noqa: E402
 from .config import KERNEL_ARGS  # noqa: E402
 from .options import GradingOptions  # noqa: E402
+from .protocol import Job, KernelReply, KernelRequest, Report  # noqa: E402
 
 __all__ = ["run_notebook", "is_test_cell", "StudentFunction", "StudentTimeout", "KernelGone",
            "TIMEOUT_ENAME", "main"]
@@ -189,14 +190,6 @@ def _replace_tensors(value, mapping):
     return value
 
 
-def _builtin_exception(types_, message):
-    for name in types_ or []:
-        cls = getattr(builtins, str(name), None)
-        if isinstance(cls, type) and issubclass(cls, Exception):
-            return cls(message)
-    return RuntimeError(message)
-
-
 class KernelLink:
     """The harness's channel to the kernel: one request cell per lookup or call (not stored in
     the kernel's history), one reply read from the display message of type WIRE_MIME."""
@@ -209,12 +202,14 @@ class KernelLink:
         self.blocked = False     # a request ran but sent no reply: the notebook intercepted it
         self.module = KERNEL_MODULE   # the name of the kernel side's copy the requests go to
 
-    def request(self, req: dict, what: str) -> dict:
+    def request(self, req: KernelRequest, what: str) -> KernelReply:
+        """Send ``req`` to the kernel within the test's time; its reply. Raises StudentTimeout
+        past the limit and RuntimeError when no reply came (the channel was blocked)."""
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise StudentTimeout(f"time ran out before {what}")
         code = (f"__import__('sys').modules[{self.module!r}]"
-                f".kernel_request({json.dumps(req, allow_nan=True)!r})")
+                f".kernel_request({req.to_json()!r})")
         self.busy = True
         try:
             reply, timed_out, error = self.client.run_request(code, remaining)
@@ -227,7 +222,7 @@ class KernelLink:
             raise RuntimeError(f"the grader could not read {what} from the notebook's kernel"
                                + (f" ({error})" if error else "") + ": was the grader's channel "
                                f"(sys.modules[{KERNEL_MODULE!r}]) removed or replaced by a cell?")
-        return reply
+        return KernelReply.from_dict(reply)
 
     def install(self, module: str = KERNEL_MODULE) -> None:
         """Put the kernel side of :mod:`autograder.wire` into the kernel, before any student cell.
@@ -251,12 +246,14 @@ class KernelLink:
         self.module = module
 
     def lookup(self, name: str):
-        reply = self.request({"op": "lookup", "name": name}, f"`{name}`")
-        if reply.get("missing") or "module" in reply:
+        """The student's global ``name`` as data or a proxy; KeyError when it has none (or it
+        is a module)."""
+        reply = self.request(KernelRequest.lookup(name), f"`{name}`")
+        if reply.missing or reply.is_module:
             raise KeyError(name)
-        if "error" in reply:
-            raise RuntimeError(f"the grader could not read `{name}`: {reply['error'].get('message', '')}")
-        return self._decode(reply.get("value"), f"`{name}`")
+        if reply.error is not None:
+            raise RuntimeError(f"the grader could not read `{name}`: {reply.error.get('message', '')}")
+        return self._decode(reply.value, f"`{name}`")
 
     def _decode(self, node, where, leaves=None):
         try:
@@ -279,25 +276,22 @@ class KernelLink:
             raise TypeError(f"the test passed {fn.__name__} something that cannot be sent to the "
                             f"notebook ({exc}); this is a fault of the test") from None
         grad = bool(grad_leaves)
-        req = {"op": "call", "ref": fn._ref, "args": args_node, "kwargs": kwargs_node, "grad": grad}
-        if watch is not None:
-            req["watch"] = list(watch)
+        req = KernelRequest.call(fn._ref, args_node, kwargs_node, grad, watch)
         reply = self.request(req, f"the call of {fn.__name__}")
-        if "error" in reply:
-            err = reply["error"]
-            raise _builtin_exception(err.get("types"), str(err.get("message", ""))[:2000])
+        if reply.error is not None:
+            raise reply.raised()
         out_leaves = {}
-        value = self._decode(reply.get("value"), f"the value returned by {fn.__name__}",
+        value = self._decode(reply.value, f"the value returned by {fn.__name__}",
                              leaves=out_leaves if grad else None)
         self._refuse_in_place(fn, args, kwargs, reply)
-        if grad and reply.get("graph") and out_leaves:
+        if grad and reply.graph and out_leaves:
             outputs = [out_leaves[i].detach() for i in sorted(out_leaves)]
-            linked = _RemoteBackward.get().apply(self, reply["graph"], len(grad_leaves),
+            linked = _RemoteBackward.get().apply(self, reply.graph, len(grad_leaves),
                                                  *grad_leaves, *outputs)
             value = _replace_tensors(value, {id(out_leaves[i]): t
                                              for i, t in zip(sorted(out_leaves), linked)})
         if watch is not None:
-            trace = reply.get("watch")
+            trace = reply.watch
             return value, (trace if isinstance(trace, dict) else None)
         return value
 
@@ -312,11 +306,11 @@ class KernelLink:
         """
         import torch
         try:
-            new_args = decode(reply.get("args", {"t": "list", "v": []}))
-            new_kwargs = decode(reply.get("kwargs", {"t": "dict", "v": []}))
+            new_args = decode(reply.args)
+            new_kwargs = decode(reply.kwargs)
         except WireError:
             return
-        names = reply.get("names") if isinstance(reply.get("names"), list) else []
+        names = reply.names
         names = [n if isinstance(n, str) and n.isidentifier() else "" for n in names]
         pairs = [(names[i] if i < len(names) and names[i] else f"argument {i + 1}", old, new)
                  for i, (old, new) in enumerate(zip(args, new_args or []))]
@@ -329,12 +323,12 @@ class KernelLink:
                                      "tensor and leave the arguments as they were given.")
 
     def backward(self, graph, grads, n_in):
-        reply = self.request({"op": "backward", "graph": graph, "grads": encode(list(grads))},
+        """Send the gradients of call ``graph``'s outputs; the ``n_in`` input gradients."""
+        reply = self.request(KernelRequest.backward(graph, encode(list(grads))),
                              "the backward pass through the notebook's function")
-        if "error" in reply:
-            err = reply["error"]
-            raise _builtin_exception(err.get("types"), str(err.get("message", ""))[:2000])
-        got = self._decode(reply.get("value"), "the gradients")
+        if reply.error is not None:
+            raise reply.raised()
+        got = self._decode(reply.value, "the gradients")
         if not isinstance(got, list) or len(got) != n_in:
             return [None] * n_in
         return got
@@ -649,10 +643,10 @@ def _tamper_reports(link) -> list:
         try:
             if fresh:
                 link.install(f"{KERNEL_MODULE}_{secrets.token_hex(8)}")
-            reply = link.request({"op": "tamper_report"}, "the kernel's tamper report")
+            reply = link.request(KernelRequest.tamper_report(), "the kernel's tamper report")
         except RuntimeError:
             continue   # blocked: said by the caller
-        value = reply.get("value")
+        value = reply.value
         if not isinstance(value, list):
             found.append("the kernel's tamper report (it could not be read)")
             continue
@@ -702,7 +696,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
         cwd = cwd or job_dir
     client = HarnessClient(nb, options, km=km)
     link = KernelLink(client)
-    report = {"review": [], "timeouts": [], "kernel": "", "capped": [], "tampered": []}
+    report = Report()
     deadline = time.monotonic() + options.notebook_timeout
     count = 0
     stopped = ""
@@ -710,7 +704,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
     try:
         with client.setup_kernel(env=env, cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
             link.install()
-            link.request({"op": "snapshot", "import": _watch_list(nb)}, "the kernel's snapshot")
+            link.request(KernelRequest.snapshot(_watch_list(nb)), "the kernel's snapshot")
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":
                     continue
@@ -721,7 +715,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                 limit = min(options.cell_timeout, deadline - time.monotonic())
                 if limit <= 0.5:
                     stopped = f"the notebook ran past its {options.notebook_timeout} s limit"
-                    report["review"].append(stopped + " and was stopped")
+                    report.review.append(stopped + " and was stopped")
                     if is_test_cell(cell):
                         cell.outputs = [_error(NOT_RUN_ENAME, f"this test did not run: {stopped}")]
                     continue
@@ -729,7 +723,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                 if is_test_cell(cell):
                     review = run_test(cell, link, options, limit, show_call_output)
                     if review:
-                        report["review"].append(review)
+                        report.review.append(review)
                     timed_out = any(o.get("ename") == TIMEOUT_ENAME for o in cell.outputs)
                 elif cell.source.strip():
                     if _names_the_channel(cell) and channel_cell is None:
@@ -740,63 +734,61 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                     cell.execution_count = count
                 if timed_out:
                     grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-                    report["timeouts"].append(grade_id or f"cell {index + 1}")
+                    report.timeouts.append(grade_id or f"cell {index + 1}")
                     if limit < options.cell_timeout:
                         stopped = f"the notebook ran past its {options.notebook_timeout} s limit"
-                        report["review"].append(stopped + " and was stopped")
+                        report.review.append(stopped + " and was stopped")
                     if not client.responsive():
                         stopped = ("the kernel did not stop after a cell ran past its time limit, "
                                    "so it was shut down")
-                        report["kernel"] = stopped
+                        report.kernel = stopped
             if not stopped:
-                report["tampered"] = _tamper_reports(link)
+                report.tampered = _tamper_reports(link)
             if link.blocked:
-                report["tampered"].append("the grader's requests to the kernel (they were "
+                report.tampered.append("the grader's requests to the kernel (they were "
                                           "blocked or rewritten)")
             if channel_cell is not None:
-                report["tampered"].append(f"the grader's channel to the kernel (cell {channel_cell} "
+                report.tampered.append(f"the grader's channel to the kernel (cell {channel_cell} "
                                           "names it)")
     except (KernelGone, DeadKernelError) as exc:
-        report["kernel"] = f"the kernel died {exc}" if isinstance(exc, KernelGone) else "the kernel died"
+        report.kernel = f"the kernel died {exc}" if isinstance(exc, KernelGone) else "the kernel died"
         for cell in nb.cells:
             if is_test_cell(cell) and cell.get("execution_count") is None:
-                cell.outputs = [_error(NOT_RUN_ENAME, f"this test did not run: {report['kernel']}")]
+                cell.outputs = [_error(NOT_RUN_ENAME, f"this test did not run: {report.kernel}")]
     except StudentTimeout as exc:   # the snapshot or the report: the kernel is stuck
-        report["kernel"] = f"the kernel stopped answering ({exc})"
+        report.kernel = f"the kernel stopped answering ({exc})"
     except Exception as exc:   # the kernel never started, a broken channel: report it
         import traceback as _tb; _tb.print_exc()
-        report["kernel"] = f"{type(exc).__name__}: {exc}"[:300]
+        report.kernel = f"{type(exc).__name__}: {exc}"[:300]
     for cell in nb.cells:    # a test that never ran scores nothing
         if is_test_cell(cell) and cell.get("execution_count") is None and not any(
                 o.get("output_type") == "error" for o in cell.get("outputs", [])):
             cell.outputs = [_error(NOT_RUN_ENAME, "this test did not run: "
-                                   + (report["kernel"] or stopped or "the grader stopped before it"))]
-    report["capped"] = client.truncated
-    return nb, report
+                                   + (report.kernel or stopped or "the grader stopped before it"))]
+    report.capped = client.truncated
+    return nb, report.to_dict()
 
 
 def main(argv=None) -> int:
     """``python -m autograder.harness JOB.json``: run the job's notebook, write its results."""
     argv = sys.argv[1:] if argv is None else argv
-    job = json.loads(Path(argv[0]).read_text())
+    job = Job.read(argv[0])
     try:
         import ctypes
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # die with the grader (PR_SET_PDEATHSIG)
     except (OSError, AttributeError):
         pass
-    if job.get("parent_pid") and os.getppid() != job["parent_pid"]:
+    if job.parent_pid and os.getppid() != job.parent_pid:
         return 3   # the grader is already gone
-    nb = nbformat.read(job["input"], as_version=4)
-    options = GradingOptions(**job["options"])
-    nb, report = run_notebook(nb, options=options, job_dir=Path(job["job_dir"]),
-                              data_files=[Path(p) for p in job.get("data_files", [])],
-                              course_root=job.get("course_root"), sandbox=job.get("sandbox", True),
-                              show_call_output=job.get("show_call_output", False),
-                              mode=job.get("mode", "autograde"), cwd=job.get("cwd"))
+    nb = nbformat.read(job.input, as_version=4)
+    nb, report = run_notebook(nb, options=job.options, job_dir=Path(job.job_dir),
+                              data_files=[Path(p) for p in job.data_files],
+                              course_root=job.course_root, sandbox=job.sandbox,
+                              show_call_output=job.show_call_output, mode=job.mode, cwd=job.cwd)
     # A string the notebook made may hold lone surrogates (an assertion's message quoting a
     # returned value): written out as text, since a file of UTF-8 text cannot hold them.
-    nbformat.write(nbformat.from_dict(wire.visible(nb)), job["output"])
-    Path(job["report"]).write_text(json.dumps(wire.visible(report)))
+    nbformat.write(nbformat.from_dict(wire.visible(nb)), job.output)
+    Path(job.report).write_text(json.dumps(wire.visible(report)))
     return 0
 
 

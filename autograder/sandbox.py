@@ -47,6 +47,7 @@ from traitlets import Any, Bool, Dict, Unicode
 
 from . import jail
 from .options import UNSANDBOXED_FLAG, GradingOptions
+from .protocol import Job, Report
 
 __all__ = ["SandboxedExecute", "GRADEBOOK_LOCK", "EXECUTORS", "run_submission",
            "isolation_notes", "check_sandbox", "kill_all", "SandboxUnavailable", "report_path"]
@@ -119,7 +120,7 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
         raise SandboxUnavailable(jail.probe()["why"])
     job = Path(tempfile.mkdtemp(prefix="autograder-job-"))
     os.chmod(job, 0o711)   # the sandbox's uid may pass through, not list or read
-    report = {"review": [], "timeouts": [], "kernel": "", "capped": [], "tampered": []}
+    report = Report()
     proc = None
     try:
         scratch = None
@@ -128,15 +129,14 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
             scratch.mkdir()
             for f in _data_files(data_dir):
                 (shutil.copytree if f.is_dir() else shutil.copy)(f, scratch / f.name)
-        spec = {"input": str(job / "in.ipynb"), "output": str(job / "out.ipynb"),
-                "report": str(job / "report.json"), "job_dir": str(job),
-                "options": options.as_dict(), "sandbox": sandbox, "mode": mode,
-                "data_files": [str(p) for p in _data_files(data_dir)],
-                "course_root": str(course_root) if course_root else None,
-                "show_call_output": show_call_output, "parent_pid": os.getpid(),
-                "cwd": str(cwd or scratch) if not sandbox else None}
-        nbformat.write(nb, spec["input"])
-        (job / "job.json").write_text(json.dumps(spec))
+        spec = Job(input=str(job / "in.ipynb"), output=str(job / "out.ipynb"),
+                   report=str(job / "report.json"), job_dir=str(job), options=options,
+                   sandbox=sandbox, mode=mode, data_files=[str(p) for p in _data_files(data_dir)],
+                   course_root=str(course_root) if course_root else None,
+                   show_call_output=show_call_output, parent_pid=os.getpid(),
+                   cwd=str(cwd or scratch) if not sandbox else None)
+        nbformat.write(nb, spec.input)
+        spec.write(job / "job.json")
         log = open(job / "harness.log", "wb")
         proc = subprocess.Popen([sys.executable, "-m", "autograder.harness", str(job / "job.json")],
                                 cwd=job, stdout=log, stderr=subprocess.STDOUT,
@@ -148,17 +148,17 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
             proc.wait(timeout=options.notebook_timeout + 60)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            report["review"].append(f"the notebook ran past its {options.notebook_timeout} s "
-                                    "limit and was stopped")
-            return None, report
-        if proc.returncode != 0 or not Path(spec["output"]).is_file():
+            report.review.append(f"the notebook ran past its {options.notebook_timeout} s "
+                                 "limit and was stopped")
+            return None, report.to_dict()
+        if proc.returncode != 0 or not Path(spec.output).is_file():
             tail = (job / "harness.log").read_bytes()[-4000:].decode(errors="replace").strip()
             last = (tail.splitlines() or [""])[-1]
-            report["review"].append(f"the grading harness failed (exit {proc.returncode}): "
-                                    f"{last[:200]}")
-            return None, report
-        report = json.loads((job / "report.json").read_text())
-        return nbformat.read(spec["output"], as_version=4), report
+            report.review.append(f"the grading harness failed (exit {proc.returncode}): "
+                                 f"{last[:200]}")
+            return None, report.to_dict()
+        report = Report.from_dict(json.loads((job / "report.json").read_text()))
+        return nbformat.read(spec.output, as_version=4), report.to_dict()
     finally:
         if proc is not None:
             _kill(proc)   # whatever of its process group is left
@@ -188,14 +188,7 @@ def _kill(proc) -> None:
 
 def review_reasons(report: dict) -> list:
     """The reasons a person should look at a submission, from a harness report."""
-    reasons = list(report.get("review", []))
-    if report.get("kernel"):
-        reasons.append(f"{report['kernel']} (killed, or over a memory or process limit)")
-    if report.get("tampered"):
-        shown = ", ".join(report["tampered"][:5]) + (" ..." if len(report["tampered"]) > 5 else "")
-        reasons.append(f"the notebook's code changed {shown} (tests ran outside the notebook, so "
-                       "the score does not depend on it)")
-    return reasons
+    return Report.from_dict(report).reasons()
 
 
 class SandboxedExecute(NbGraderPreprocessor):
@@ -249,7 +242,7 @@ def finish_notebook(executed, original, report=None):
     """
     from .harness import NOT_RUN_ENAME, is_test_cell
     nb = executed if executed is not None else original
-    why = "; ".join((report or {}).get("review", [])) or "the grader stopped before this test ran"
+    why = "; ".join(Report.from_dict(report).review) or "the grader stopped before this test ran"
     for cell in nb.cells:
         ran = executed is not None and (cell.get("execution_count") is not None or any(
             o.get("output_type") == "error" for o in cell.get("outputs", [])))
