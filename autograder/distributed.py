@@ -133,12 +133,22 @@ class GradingPlugin(WorkerPlugin):
 
     def __init__(self, expected: dict, options: dict):
         self.expected, self.options = expected, options
+        self.harnesses = None   # on the worker: its running harnesses (run_remote)
 
     def setup(self, worker):
+        self.harnesses = sandbox.Harnesses()
         check_worker(self.expected, self.options)   # never raises: a task reports an unfit worker
 
     def teardown(self, worker):
-        sandbox.kill_all()
+        if self.harnesses is not None:
+            self.harnesses.kill_all()
+
+
+def _worker_harnesses(worker) -> "sandbox.Harnesses":
+    """Where this worker's plugin counts the harnesses it kills on close (a fresh set when the
+    plugin is not there)."""
+    plugin = getattr(worker, "plugins", {}).get(GradingPlugin.name)
+    return getattr(plugin, "harnesses", None) or sandbox.Harnesses()
 
 
 def _deaths(key, worker: str) -> int:
@@ -205,7 +215,8 @@ def run_remote(payload: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="autograder-data-") as tmp:
         _write_files(Path(tmp), job.files)
         executed, report = sandbox.run_submission(nb, Path(tmp), options,
-                                                  course_root=worker_course_root())
+                                                  course_root=worker_course_root(),
+                                                  harnesses=_worker_harnesses(worker))
     out["notebook"] = nbformat.writes(executed) if executed is not None else None
     done = Report.from_dict(report)
     done.worker, done.worker_deaths = worker.address, deaths
@@ -234,8 +245,9 @@ def _pack(folder) -> list:
 
 class DaskExecutor:
     """The grading process's side: connects to the scheduler, checks the workers present, and
-    runs one submission per call on the cluster (an executor of autograder.sandbox.EXECUTORS,
-    called from nbgrader's Execute step with the gradebook lock released).
+    runs one submission per call on the cluster (the executor of an
+    :class:`autograder.sandbox.GradingRun`, called from nbgrader's Execute step with the
+    gradebook lock released).
 
     Raises ClusterError when dask.distributed is not installed, the scheduler cannot be reached
     within ``timeout`` seconds, or a worker present cannot grade (named, with the reason).
@@ -258,6 +270,7 @@ class DaskExecutor:
         self.error = None          # set once the batch must stop; every later call raises it
         self.workers = {}          # worker address -> (host, isolation notes)
         self.name = f"dask-{uuid.uuid4().hex[:8]}"
+        self.closed = False
         try:
             self.client.register_plugin(GradingPlugin(self.expected, options.as_dict()))
             for addr, check in sorted(self.client.run(check_worker, self.expected,
@@ -268,7 +281,6 @@ class DaskExecutor:
         except BaseException:
             self.client.close()
             raise
-        sandbox.EXECUTORS[self.name] = self
 
     @property
     def threads(self) -> int:
@@ -335,10 +347,11 @@ class DaskExecutor:
             raise self.error
 
     def close(self) -> None:
-        """Forget this executor and disconnect: tasks in flight are released, and the calls
-        waiting for them raise at once."""
-        if sandbox.EXECUTORS.pop(self.name, None) is None:
+        """Disconnect (once): tasks in flight are released, and the calls waiting for them
+        raise at once."""
+        if self.closed:
             return
+        self.closed = True
         try:
             self.client.close(timeout=5)
         except Exception:   # the scheduler is already gone

@@ -178,10 +178,11 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
 
 
 class _Grader:
-    """Runs nbgrader for one student at a time per thread, under sandbox.GRADEBOOK_LOCK."""
+    """Runs nbgrader for one student at a time per thread, under the run's gradebook lock."""
 
-    def __init__(self, work: Path, out: Path, config, options: GradingOptions):
+    def __init__(self, work: Path, out: Path, config, options: GradingOptions, run):
         self.work, self.out, self.config, self.options = work, out, config, options
+        self.run = run             # the sandbox.GradingRun: its executor and gradebook lock
         self.local = threading.local()
         self.cluster = None        # a distributed.DaskExecutor, when the runs go to a cluster
 
@@ -194,7 +195,7 @@ class _Grader:
         res = job.result
         report_file = sandbox.report_path(self.work / "reports", job.sub.assignment, job.sub.student)
         report_file.unlink(missing_ok=True)
-        with sandbox.GRADEBOOK_LOCK:
+        with self.run.lock:
             try:
                 self._autograde(job)
             except Exception as exc:   # one student's failure never stops the batch
@@ -409,8 +410,9 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     config.SandboxedExecute.options = options.as_dict()
     config.SandboxedExecute.course_root = str(root)
     config.SandboxedExecute.report_dir = str(work / "reports")
-    config.SandboxedExecute.release_lock = True
-    grader = _Grader(work, out, config, options)
+    run = sandbox.GradingRun(sandbox.LocalExecutor(root))
+    config.SandboxedExecute.run = run
+    grader = _Grader(work, out, config, options, run)
     results, todo = {}, []
     for job in prepared:
         old = load_result(out, job.result.assignment, job.result.student)
@@ -427,7 +429,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     if scheduler and todo:   # connect only when something is left to run
         from .distributed import DaskExecutor
         grader.cluster = DaskExecutor(scheduler, options)
-        config.SandboxedExecute.executor = grader.cluster.name
+        run.executor = grader.cluster
         jobs = jobs or 2 * max(1, grader.cluster.threads)
         if progress:
             tqdm.write(grader.cluster.describe(jobs), file=sys.stderr)
@@ -465,8 +467,9 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 bar.update()
         except BaseException:   # Ctrl-C, a lost cluster: stop the runs, keep what is committed
             pool.shutdown(wait=False, cancel_futures=True)
-            sandbox.kill_all()
-            if grader.cluster is not None:   # its calls in flight end with it: let them
+            if grader.cluster is None:
+                run.executor.kill_all()
+            else:   # its calls in flight end with it: let them
                 grader.cluster.close()
                 pool.shutdown()
             raise
