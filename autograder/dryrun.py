@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import wire as grading
+from .kernel_server import KernelServer
 
 from .harness import KernelLink, is_test_cell, run_test
 from .options import GradingOptions
@@ -102,23 +102,16 @@ class _Client:
 
 class LocalLink(KernelLink):
     """KernelLink whose "kernel" is the namespace ``ns`` in this process: each request is
-    answered by autograder.wire's own kernel-side handlers, through a JSON round trip as on the
-    wire."""
+    answered by a KernelServer of its own (autograder.kernel_server), through a JSON round trip
+    as on the wire."""
 
     def __init__(self, ns: dict):
         super().__init__(_Client())
         self.ns = ns
+        self.server = KernelServer(namespace=lambda: ns)
 
     def request(self, req, what: str):
-        req = json.loads(req.to_json())
-        saved = grading._user_ns
-        grading._user_ns = lambda: self.ns
-        try:
-            reply = grading._OPS[req["op"]](req)
-        except Exception as exc:   # a failure of the handler itself, as kernel_request reports it
-            reply = grading._exception(exc)
-        finally:
-            grading._user_ns = saved
+        reply = self.server.answer(json.loads(req.to_json()))
         return KernelReply.from_dict(json.loads(json.dumps(reply, allow_nan=True)))
 
 
@@ -195,8 +188,6 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
         outcomes[gid] = Outcome(not errors, f"{errors[0].ename}: {errors[0].evalue}" if errors else "",
                                 float(_meta(tests[gid]).get("points", 0)))
 
-    grading._REFS.clear()      # the kernel-side tables of autograder.wire: a fresh "kernel" per run
-    grading._GRAPHS.clear()
     with _lesson_run(Path(folder)):
         for i in needed_cells(nb):
             cell = nb.cells[i]
@@ -212,6 +203,4 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
                 pass
         for gid in tests.keys() - outcomes.keys():
             test(nbformat.from_dict(json.loads(json.dumps(tests[gid]))), gid)
-    grading._REFS.clear()
-    grading._GRAPHS.clear()
     return outcomes

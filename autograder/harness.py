@@ -38,7 +38,7 @@ from nbclient import NotebookClient  # noqa: E402
 from nbclient.exceptions import DeadKernelError  # noqa: E402
 from traitlets import Any, List  # noqa: E402
 
-from . import wire  # noqa: E402
+from . import kernel_server, wire  # noqa: E402
 from .wire import WIRE_MIME, Opaque, WireError, decode, encode  # noqa: E402
 
 from . import jail, partial  # noqa: E402
@@ -225,14 +225,15 @@ class KernelLink:
         return KernelReply.from_dict(reply)
 
     def install(self, module: str = KERNEL_MODULE) -> None:
-        """Put the kernel side of :mod:`autograder.wire` into the kernel, before any student cell.
+        """Put the kernel side (:mod:`autograder.wire`'s codec and :mod:`autograder.kernel_server`)
+        into the kernel, before any student cell.
 
         The student library ``mlexp`` carries nothing of the grader, so the module's source is
         sent as one request cell (no file of the grader is mounted into the sandbox) and kept
         as ``sys.modules[KERNEL_MODULE]``. It is the untrusted side's copy: a student cell may
         replace it, which can only change what the student's own names look like, and a request
         it then fails to answer is reported as blocked."""
-        source = Path(wire.__file__).read_text(encoding="utf-8")
+        source = "\n".join(Path(m.__file__).read_text(encoding="utf-8") for m in (wire, kernel_server))
         setup = ", m.kernel_safe_messages()" if module == KERNEL_MODULE else ""   # once per kernel
         code = (f"(lambda m: (__import__('builtins').exec(__import__('builtins').compile("
                 f"{source!r}, '<autograder.wire>', 'exec'), m.__dict__), "
