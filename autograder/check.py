@@ -60,7 +60,7 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     lists the repairs made and the cells that ran out of time. Raises NotebookError for a
     missing or unreadable file.
     """
-    from .harness import is_test_cell
+    from .cells import is_test_cell
     from .jail import probe
     from .protocol import Report
     from .sandbox import run_submission
@@ -82,7 +82,7 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     report = Report.from_dict(raw)
     if executed is None:
         raise NotebookError(f"{path.name} could not be run: {'; '.join(report.review)}")
-    from .harness import NOT_RUN_ENAME, TIMEOUT_ENAME
+    from .notebook_client import NOT_RUN_ENAME, TIMEOUT_ENAME
     special = {TIMEOUT_ENAME: ("timed out", True), NOT_RUN_ENAME: ("not run", False)}
     results = [result_of(cell, special) for cell in executed.cells if is_test_cell(cell)]
     for what in report.timeouts:

@@ -3,8 +3,9 @@
 The real grader (autograder.harness) runs a submission's cells in a sandboxed kernel and each
 graded test cell in the trusted harness, which reaches the student's names through
 ``autograder.wire``'s wire format. This module keeps the second half exactly (the same
-``harness.run_test`` in a fresh ``StudentNamespace``, the same encode/decode of every value and
-every call of a student function) and replaces the kernel by a plain namespace in this process,
+``autograder.testcell.run_test`` in a fresh ``StudentNamespace``, the same encode/decode of
+every value and every call of a student function) and replaces the kernel by a plain namespace
+in this process, with a ``KernelServer`` of its own (autograder.kernel_server),
 so a course author can check in seconds what each catalogued demo student is told
 (``python -m autograder demo --check-hints``). It is a check of the course, not a grader: student
 code runs here unsandboxed, so use it only on answers you wrote yourself.
@@ -34,7 +35,9 @@ import nbformat
 
 from .kernel_server import KernelServer
 
-from .harness import KernelLink, is_test_cell, run_test
+from .calls import KernelLink
+from .cells import is_test_cell, nbgrader_meta
+from .testcell import run_test
 from .options import GradingOptions
 from .protocol import KernelReply
 
@@ -52,7 +55,7 @@ class Outcome:
 
 
 def _meta(cell) -> dict:
-    return cell.metadata.get("nbgrader", {}) if cell.cell_type == "code" else {}
+    return nbgrader_meta(cell) if cell.cell_type == "code" else {}
 
 
 def _code(source: str) -> str:

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from . import ids, sandbox
 from .build import generate_release
+from .cells import grade_id_of, is_graded, nbgrader_meta
 from .collect import choose_notebook, collect
 from .config import list_assignments, work_config
 from .journal import atomic_write, digest, load_result, save_result
@@ -96,11 +97,11 @@ class _Lesson:
         self.sources = {}
         for n in self.names:
             for c in nbformat.read(source / n, as_version=4).cells:
-                gid = c.metadata.get("nbgrader", {}).get("grade_id")
+                gid = grade_id_of(c)
                 if gid:
                     self.sources[gid] = c.source
-        self.columns = [c.metadata["nbgrader"]["grade_id"] for n in self.names
-                        for c in self.release[n].cells if c.metadata.get("nbgrader", {}).get("grade")]
+        self.columns = [grade_id_of(c) for n in self.names
+                        for c in self.release[n].cells if is_graded(c)]
         self.digest = digest(*(p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file()))
         # the releases before this one, per notebook (autograder.repair's ``earlier``): the
         # course's committed lessons/ and the releases made in this DIR
@@ -531,9 +532,8 @@ def _write_partial(out, prepared, results, lessons, max_scores, term=None, overr
 
 def _maxima(lesson) -> dict:
     """{grade_id: points} of a lesson's graded cells."""
-    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"].get("points", 0))
-            for nb in lesson.release.values() for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade")}
+    return {grade_id_of(c): float(nbgrader_meta(c).get("points", 0))
+            for nb in lesson.release.values() for c in nb.cells if is_graded(c)}
 
 
 def _max_score(lesson) -> float:

@@ -294,7 +294,8 @@ def finish_notebook(executed, original, report=None):
     points to a test cell without an error), and so does each test cell of a notebook that never
     came back.
     """
-    from .harness import NOT_RUN_ENAME, is_test_cell
+    from .cells import is_test_cell
+    from .notebook_client import NOT_RUN_ENAME
     nb = executed if executed is not None else original
     why = "; ".join(Report.from_dict(report).review) or "the grader stopped before this test ran"
     for cell in nb.cells:
