@@ -26,7 +26,6 @@ only decodes what comes back and encodes a test's arguments. Design notes: the "
 boundary" section of the course's design.
 """
 import base64
-import builtins
 import json
 import re
 import sys
