@@ -60,8 +60,9 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     lists the repairs made and the cells that ran out of time. Raises NotebookError for a
     missing or unreadable file.
     """
-    from .harness import is_test_cell
+    from .cells import is_test_cell
     from .jail import probe
+    from .protocol import Report
     from .sandbox import run_submission
     path = Path(path).resolve()
     nb, notes = _read(path)
@@ -75,18 +76,19 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     # On the student's own machine the sandbox is a safety net, not a requirement.
     options = replace(options, unsandboxed=True)
     sandboxed = probe()["ok"]
-    executed, report = run_submission(nb, path.parent, options, root, mode="validate",
+    executed, raw = run_submission(nb, path.parent, options, root, mode="validate",
                                       show_call_output=True,
                                       cwd=None if sandboxed else path.parent)
+    report = Report.from_dict(raw)
     if executed is None:
-        raise NotebookError(f"{path.name} could not be run: {'; '.join(report.get('review', []))}")
-    from .harness import NOT_RUN_ENAME, TIMEOUT_ENAME
+        raise NotebookError(f"{path.name} could not be run: {'; '.join(report.review)}")
+    from .notebook_client import NOT_RUN_ENAME, TIMEOUT_ENAME
     special = {TIMEOUT_ENAME: ("timed out", True), NOT_RUN_ENAME: ("not run", False)}
     results = [result_of(cell, special) for cell in executed.cells if is_test_cell(cell)]
-    for what in report.get("timeouts", []):
+    for what in report.timeouts:
         if not any(r.grade_id == what for r in results):
             notes.append(f"{what} ran longer than its time limit ({options.cell_timeout} s) and "
                          "was stopped")
-    if report.get("kernel"):
-        notes.append(report["kernel"])
+    if report.kernel:
+        notes.append(report.kernel)
     return results, notes

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Lesson", "LESSONS", "COURSE_REPO", "PLACEHOLDER_REPO", "BRANCH", "PACKAGE_PARENT",
-           "find_course_root", "lesson_notebook", "is_published", "set_course_repo", "validate_repo"]
+           "find_course_root", "lesson_notebook", "set_course_repo", "validate_repo"]
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,6 @@ _REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$"
 
 # The folder this package sits in: the course checkout for an editable install (`make`, pip -e).
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent
-
-
-def is_published(repo: str = COURSE_REPO) -> bool:
-    """True once ``repo`` names a real repository (not the placeholder)."""
-    return repo != PLACEHOLDER_REPO
 
 
 def find_course_root(course=None) -> Path:

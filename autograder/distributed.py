@@ -41,6 +41,7 @@ import nbformat
 
 from . import jail, sandbox
 from .options import GradingOptions
+from .protocol import RemoteJob, Report
 
 try:   # the plugin's base class; without dask the module still imports (and the CLI says why)
     from distributed.diagnostics.plugin import WorkerPlugin
@@ -132,12 +133,22 @@ class GradingPlugin(WorkerPlugin):
 
     def __init__(self, expected: dict, options: dict):
         self.expected, self.options = expected, options
+        self.harnesses = None   # on the worker: its running harnesses (run_remote)
 
     def setup(self, worker):
+        self.harnesses = sandbox.Harnesses()
         check_worker(self.expected, self.options)   # never raises: a task reports an unfit worker
 
     def teardown(self, worker):
-        sandbox.kill_all()
+        if self.harnesses is not None:
+            self.harnesses.kill_all()
+
+
+def _worker_harnesses(worker) -> "sandbox.Harnesses":
+    """Where this worker's plugin counts the harnesses it kills on close (a fresh set when the
+    plugin is not there)."""
+    plugin = getattr(worker, "plugins", {}).get(GradingPlugin.name)
+    return getattr(plugin, "harnesses", None) or sandbox.Harnesses()
 
 
 def _deaths(key, worker: str) -> int:
@@ -178,12 +189,19 @@ def run_remote(payload: dict) -> dict:
     and files of ``payload`` (built by :meth:`DaskExecutor.payload`). Returns ``{"notebook":
     executed notebook JSON or None, "report", "worker", "host", "notes"}`` (the report also
     names the worker, and how many workers died under this submission before). Raises WorkerUnfit
-    when this worker differs from the grading machine; returns a report asking for review,
-    without running, when :data:`WORKER_DEATHS` workers already died under this submission."""
+    when this worker differs from the grading machine (or reads another protocol version,
+    :data:`autograder.protocol.VERSION`); returns a report asking for review, without running,
+    when :data:`WORKER_DEATHS` workers already died under this submission."""
     from distributed import get_worker
+
+    from .protocol import ProtocolMismatch
     worker = get_worker()
-    options = GradingOptions(**payload["options"])
-    check = check_worker(payload["environment"], options)
+    try:
+        job = RemoteJob.from_dict(payload)
+    except ProtocolMismatch as exc:
+        raise WorkerUnfit(f"worker {worker.address}: {exc}") from None
+    options = GradingOptions(**job.options)
+    check = check_worker(job.environment, options)
     out = {"notebook": None, "worker": worker.address, "host": check["host"],
            "notes": check["notes"]}
     if check["unfit"]:
@@ -193,18 +211,21 @@ def run_remote(payload: dict) -> dict:
         out["report"] = _review_report(f"{deaths} grading workers died while running it "
                                        "(killed, or out of memory); it was not run again")
         return out
-    nb = nbformat.reads(payload["notebook"], as_version=4)
+    nb = nbformat.reads(job.notebook, as_version=4)
     with tempfile.TemporaryDirectory(prefix="autograder-data-") as tmp:
-        _write_files(Path(tmp), payload["files"])
+        _write_files(Path(tmp), job.files)
         executed, report = sandbox.run_submission(nb, Path(tmp), options,
-                                                  course_root=worker_course_root())
+                                                  course_root=worker_course_root(),
+                                                  harnesses=_worker_harnesses(worker))
     out["notebook"] = nbformat.writes(executed) if executed is not None else None
-    out["report"] = {**report, "worker": worker.address, "worker_deaths": deaths}
+    done = Report.from_dict(report)
+    done.worker, done.worker_deaths = worker.address, deaths
+    out["report"] = done.to_dict()
     return out
 
 
 def _review_report(reason: str) -> dict:
-    return {"review": [reason], "timeouts": [], "kernel": "", "capped": [], "tampered": []}
+    return Report.needs_review(reason).to_dict()
 
 
 def _pack(folder) -> list:
@@ -224,8 +245,9 @@ def _pack(folder) -> list:
 
 class DaskExecutor:
     """The grading process's side: connects to the scheduler, checks the workers present, and
-    runs one submission per call on the cluster (an executor of autograder.sandbox.EXECUTORS,
-    called from nbgrader's Execute step with the gradebook lock released).
+    runs one submission per call on the cluster (the executor of an
+    :class:`autograder.sandbox.GradingRun`, called from nbgrader's Execute step with the
+    gradebook lock released).
 
     Raises ClusterError when dask.distributed is not installed, the scheduler cannot be reached
     within ``timeout`` seconds, or a worker present cannot grade (named, with the reason).
@@ -248,6 +270,7 @@ class DaskExecutor:
         self.error = None          # set once the batch must stop; every later call raises it
         self.workers = {}          # worker address -> (host, isolation notes)
         self.name = f"dask-{uuid.uuid4().hex[:8]}"
+        self.closed = False
         try:
             self.client.register_plugin(GradingPlugin(self.expected, options.as_dict()))
             for addr, check in sorted(self.client.run(check_worker, self.expected,
@@ -258,7 +281,6 @@ class DaskExecutor:
         except BaseException:
             self.client.close()
             raise
-        sandbox.EXECUTORS[self.name] = self
 
     @property
     def threads(self) -> int:
@@ -284,8 +306,9 @@ class DaskExecutor:
     def payload(self, nb, data_dir, options: GradingOptions, label: str) -> dict:
         """What one task carries: the notebook, the files beside it, the limits, the label
         (lesson/student) and this machine's environment, for the worker to compare."""
-        return {"notebook": nbformat.writes(nb), "files": _pack(Path(data_dir)),
-                "options": options.as_dict(), "label": label, "environment": self.expected}
+        return RemoteJob(notebook=nbformat.writes(nb), files=_pack(Path(data_dir)),
+                         options=options.as_dict(), label=label,
+                         environment=self.expected).to_dict()
 
     def __call__(self, nb, data_dir, options: GradingOptions, label: str = "") -> tuple:
         """Run one submission on the cluster; returns (executed notebook or None, report) as
@@ -324,10 +347,11 @@ class DaskExecutor:
             raise self.error
 
     def close(self) -> None:
-        """Forget this executor and disconnect: tasks in flight are released, and the calls
-        waiting for them raise at once."""
-        if sandbox.EXECUTORS.pop(self.name, None) is None:
+        """Disconnect (once): tasks in flight are released, and the calls waiting for them
+        raise at once."""
+        if self.closed:
             return
+        self.closed = True
         try:
             self.client.close(timeout=5)
         except Exception:   # the scheduler is already gone

@@ -3,8 +3,9 @@
 The real grader (autograder.harness) runs a submission's cells in a sandboxed kernel and each
 graded test cell in the trusted harness, which reaches the student's names through
 ``autograder.wire``'s wire format. This module keeps the second half exactly (the same
-``harness.run_test`` in a fresh ``StudentNamespace``, the same encode/decode of every value and
-every call of a student function) and replaces the kernel by a plain namespace in this process,
+``autograder.testcell.run_test`` in a fresh ``StudentNamespace``, the same encode/decode of
+every value and every call of a student function) and replaces the kernel by a plain namespace
+in this process, with a ``KernelServer`` of its own (autograder.kernel_server),
 so a course author can check in seconds what each catalogued demo student is told
 (``python -m autograder demo --check-hints``). It is a check of the course, not a grader: student
 code runs here unsandboxed, so use it only on answers you wrote yourself.
@@ -32,10 +33,13 @@ from pathlib import Path
 
 import nbformat
 
-from . import wire as grading
+from .kernel_server import KernelServer
 
-from .harness import KernelLink, is_test_cell, run_test
+from .calls import KernelLink
+from .cells import is_test_cell, nbgrader_meta
+from .testcell import run_test
 from .options import GradingOptions
+from .protocol import KernelReply
 
 __all__ = ["Outcome", "needed_cells", "run_exercises"]
 
@@ -51,7 +55,7 @@ class Outcome:
 
 
 def _meta(cell) -> dict:
-    return cell.metadata.get("nbgrader", {}) if cell.cell_type == "code" else {}
+    return nbgrader_meta(cell) if cell.cell_type == "code" else {}
 
 
 def _code(source: str) -> str:
@@ -101,24 +105,17 @@ class _Client:
 
 class LocalLink(KernelLink):
     """KernelLink whose "kernel" is the namespace ``ns`` in this process: each request is
-    answered by autograder.wire's own kernel-side handlers, through a JSON round trip as on the
-    wire."""
+    answered by a KernelServer of its own (autograder.kernel_server), through a JSON round trip
+    as on the wire."""
 
     def __init__(self, ns: dict):
         super().__init__(_Client())
         self.ns = ns
+        self.server = KernelServer(namespace=lambda: ns)
 
-    def request(self, req: dict, what: str) -> dict:
-        req = json.loads(json.dumps(req, allow_nan=True))
-        saved = grading._user_ns
-        grading._user_ns = lambda: self.ns
-        try:
-            reply = grading._OPS[req["op"]](req)
-        except Exception as exc:   # a failure of the handler itself, as kernel_request reports it
-            reply = grading._exception(exc)
-        finally:
-            grading._user_ns = saved
-        return json.loads(json.dumps(reply, allow_nan=True))
+    def request(self, req, what: str):
+        reply = self.server.answer(json.loads(req.to_json()))
+        return KernelReply.from_dict(json.loads(json.dumps(reply, allow_nan=True)))
 
 
 class _CellTimeout(Exception):
@@ -194,8 +191,6 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
         outcomes[gid] = Outcome(not errors, f"{errors[0].ename}: {errors[0].evalue}" if errors else "",
                                 float(_meta(tests[gid]).get("points", 0)))
 
-    grading._REFS.clear()      # the kernel-side tables of autograder.wire: a fresh "kernel" per run
-    grading._GRAPHS.clear()
     with _lesson_run(Path(folder)):
         for i in needed_cells(nb):
             cell = nb.cells[i]
@@ -211,6 +206,4 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
                 pass
         for gid in tests.keys() - outcomes.keys():
             test(nbformat.from_dict(json.loads(json.dumps(tests[gid]))), gid)
-    grading._REFS.clear()
-    grading._GRAPHS.clear()
     return outcomes

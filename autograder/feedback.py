@@ -12,7 +12,8 @@ from latex2mathml.converter import convert as _latex_to_mathml
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
-from .mistakes import exercise_titles, hint_shown, is_test_cell
+from .cells import is_test_cell, nbgrader_meta
+from .mistakes import exercise_titles, hint_shown
 
 __all__ = ["HideHiddenTests", "ExerciseFeedback", "SanitizeFeedback", "clean_html", "tex_to_mathml"]
 
@@ -80,7 +81,7 @@ class ExerciseFeedback(NbGraderPreprocessor):
             cell.metadata.pop("autograder", None)
             if not is_test_cell(cell):
                 continue
-            meta = cell.metadata["nbgrader"]
+            meta = nbgrader_meta(cell)
             score, points = meta.get("score"), meta.get("points")
             failed = score is not None and points is not None and float(score) < float(points)
             cell.metadata["autograder"] = {

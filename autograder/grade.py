@@ -29,10 +29,12 @@ from tqdm.auto import tqdm
 
 from . import ids, sandbox
 from .build import generate_release
+from .cells import grade_id_of, is_graded, nbgrader_meta
 from .collect import choose_notebook, collect
 from .config import list_assignments, work_config
 from .journal import atomic_write, digest, load_result, save_result
 from .options import GradingOptions
+from .protocol import Report
 from .repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 from .results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, OVERRIDES_FILE,
                       TIMESTAMP_SOURCE, Result, final_grades, read_overrides, write_grades_csv)
@@ -62,11 +64,12 @@ class _Job:
 
 def _status(report: dict, review: list, options: GradingOptions) -> str:
     """The status of a graded submission from the harness report and the repair's findings."""
-    reasons = list(dict.fromkeys(review + sandbox.review_reasons(report)))
+    report = Report.from_dict(report) if isinstance(report, dict) else report
+    reasons = list(dict.fromkeys(review + report.reasons()))
     if reasons:
         return "needs manual review: " + "; ".join(reasons)
-    if report.get("timeouts"):
-        return (f"timed out: {', '.join(report['timeouts'][:6])} ran past the "
+    if report.timeouts:
+        return (f"timed out: {', '.join(report.timeouts[:6])} ran past the "
                 f"{options.cell_timeout} s limit per cell (scored as failed)")
     return "graded"
 
@@ -94,11 +97,11 @@ class _Lesson:
         self.sources = {}
         for n in self.names:
             for c in nbformat.read(source / n, as_version=4).cells:
-                gid = c.metadata.get("nbgrader", {}).get("grade_id")
+                gid = grade_id_of(c)
                 if gid:
                     self.sources[gid] = c.source
-        self.columns = [c.metadata["nbgrader"]["grade_id"] for n in self.names
-                        for c in self.release[n].cells if c.metadata.get("nbgrader", {}).get("grade")]
+        self.columns = [grade_id_of(c) for n in self.names
+                        for c in self.release[n].cells if is_graded(c)]
         self.digest = digest(*(p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file()))
         # the releases before this one, per notebook (autograder.repair's ``earlier``): the
         # course's committed lessons/ and the releases made in this DIR
@@ -176,10 +179,11 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
 
 
 class _Grader:
-    """Runs nbgrader for one student at a time per thread, under sandbox.GRADEBOOK_LOCK."""
+    """Runs nbgrader for one student at a time per thread, under the run's gradebook lock."""
 
-    def __init__(self, work: Path, out: Path, config, options: GradingOptions):
+    def __init__(self, work: Path, out: Path, config, options: GradingOptions, run):
         self.work, self.out, self.config, self.options = work, out, config, options
+        self.run = run             # the sandbox.GradingRun: its executor and gradebook lock
         self.local = threading.local()
         self.cluster = None        # a distributed.DaskExecutor, when the runs go to a cluster
 
@@ -192,7 +196,7 @@ class _Grader:
         res = job.result
         report_file = sandbox.report_path(self.work / "reports", job.sub.assignment, job.sub.student)
         report_file.unlink(missing_ok=True)
-        with sandbox.GRADEBOOK_LOCK:
+        with self.run.lock:
             try:
                 self._autograde(job)
             except Exception as exc:   # one student's failure never stops the batch
@@ -200,17 +204,14 @@ class _Grader:
                 res.retry = True
         if self.cluster is not None:   # ...but losing the cluster does: nothing is committed
             self.cluster.raise_if_stopped()
-        try:
-            report = json.loads(report_file.read_text())
-        except (OSError, ValueError):
-            report = {}
+        report = Report.read(report_file)
         if res.status == "graded":
             res.status = _status(report, job.review, self.options)
-        if report.get("retry"):   # the harness failed, not the student: grade it again next run
+        if report.retry:   # the harness failed, not the student: grade it again next run
             res.retry = True
-        res.notes += [n for n in report.get("notes", []) if n not in res.notes]
-        if report.get("capped"):
-            res.notes.append(f"output capped in {len(report['capped'])} cell(s) "
+        res.notes += [n for n in report.notes if n not in res.notes]
+        if report.capped:
+            res.notes.append(f"output capped in {len(report.capped)} cell(s) "
                              f"({self.options.cell_output_kb} KiB per cell, "
                              f"{self.options.notebook_output_kb} KiB per notebook)")
         return res
@@ -413,8 +414,9 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     config.SandboxedExecute.options = options.as_dict()
     config.SandboxedExecute.course_root = str(root)
     config.SandboxedExecute.report_dir = str(work / "reports")
-    config.SandboxedExecute.release_lock = True
-    grader = _Grader(work, out, config, options)
+    run = sandbox.GradingRun(sandbox.LocalExecutor(root))
+    config.SandboxedExecute.run = run
+    grader = _Grader(work, out, config, options, run)
     results, todo = {}, []
     for job in prepared:
         old = load_result(out, job.result.assignment, job.result.student)
@@ -431,7 +433,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     if scheduler and todo:   # connect only when something is left to run
         from .distributed import DaskExecutor
         grader.cluster = DaskExecutor(scheduler, options)
-        config.SandboxedExecute.executor = grader.cluster.name
+        run.executor = grader.cluster
         jobs = jobs or 2 * max(1, grader.cluster.threads)
         if progress:
             tqdm.write(grader.cluster.describe(jobs), file=sys.stderr)
@@ -469,8 +471,9 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 bar.update()
         except BaseException:   # Ctrl-C, a lost cluster: stop the runs, keep what is committed
             pool.shutdown(wait=False, cancel_futures=True)
-            sandbox.kill_all()
-            if grader.cluster is not None:   # its calls in flight end with it: let them
+            if grader.cluster is None:
+                run.executor.kill_all()
+            else:   # its calls in flight end with it: let them
                 grader.cluster.close()
                 pool.shutdown()
             raise
@@ -532,9 +535,8 @@ def _write_partial(out, prepared, results, lessons, max_scores, term=None, overr
 
 def _maxima(lesson) -> dict:
     """{grade_id: points} of a lesson's graded cells."""
-    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"].get("points", 0))
-            for nb in lesson.release.values() for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade")}
+    return {grade_id_of(c): float(nbgrader_meta(c).get("points", 0))
+            for nb in lesson.release.values() for c in nb.cells if is_graded(c)}
 
 
 def _max_score(lesson) -> float:

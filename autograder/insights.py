@@ -17,8 +17,9 @@ import nbformat
 
 from . import ids
 from .journal import atomic_write, load_result
-from .mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, is_test_cell,
-                       load_mistakes, match_mistake)
+from .cells import grade_id_of, is_test_cell, nbgrader_meta
+from .mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, load_mistakes,
+                       match_mistake)
 from .results import REJECTED, Status
 
 __all__ = ["MANIFEST", "INSIGHT_COLUMNS", "Exercise", "Lesson", "Insight", "ClassData",
@@ -113,16 +114,14 @@ def lesson_maxima(out: Path, assignments) -> dict:
     for a in sorted(assignments):
         maxima[a] = {}
         for p in sorted((Path(out) / "work" / "release" / a).glob("*.ipynb")):
-            maxima[a].update({c.metadata["nbgrader"]["grade_id"]: float(
-                c.metadata["nbgrader"].get("points", 0)) for c in nbformat.read(p, as_version=4).cells
-                if c.metadata.get("nbgrader", {}).get("grade") and
-                c.metadata["nbgrader"].get("grade_id")})
+            maxima[a].update({grade_id_of(c): float(nbgrader_meta(c).get("points", 0))
+                              for c in nbformat.read(p, as_version=4).cells
+                              if nbgrader_meta(c).get("grade") and grade_id_of(c)})
     return maxima
 
 
 def _cells(nb, kind: str) -> dict:
-    return {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get(kind) and c.metadata["nbgrader"].get("grade_id")}
+    return {grade_id_of(c): c for c in nb.cells if nbgrader_meta(c).get(kind) and grade_id_of(c)}
 
 
 def _answer_text(nbs) -> str:
@@ -138,9 +137,8 @@ def _load_lesson(root: Path, work: Path, assignment: str):
     exercises = []
     for nb in nbs:
         titles = exercise_titles(nb)
-        exercises += [Exercise(c.metadata["nbgrader"]["grade_id"],
-                               titles[c.metadata["nbgrader"]["grade_id"]],
-                               float(c.metadata["nbgrader"].get("points", 0)))
+        exercises += [Exercise(grade_id_of(c), titles[grade_id_of(c)],
+                               float(nbgrader_meta(c).get("points", 0)))
                       for c in nb.cells if is_test_cell(c)]
     source = [work / "source" / assignment / p.name for p in release]
     reference = _answer_text([nbformat.read(p, as_version=4) for p in source if p.is_file()])
@@ -164,7 +162,7 @@ def _student_insights(work: Path, lesson: Lesson, res: dict, internal: str) -> t
         for name in lesson.notebooks:
             nb = _read_nb(work / "autograded" / internal / lesson.assignment / name)
             if nb is not None:
-                shown.update({c.metadata["nbgrader"]["grade_id"]: hint_shown(c)
+                shown.update({grade_id_of(c): hint_shown(c)
                               for c in nb.cells if is_test_cell(c)})
         subs = [_read_nb(work / "submitted" / internal / lesson.assignment / n) for n in lesson.notebooks]
         answers = _answer_text([nb for nb in subs if nb is not None])

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cells import grade_id_of, is_test_cell
+
 __all__ = ["MISTAKES_FILE", "NO_MATCH", "NOT_GRADED", "Mistake", "load_mistakes",
            "match_mistake", "stale_mistakes", "hint_shown", "is_test_cell", "exercise_titles"]
 
@@ -69,17 +71,11 @@ def match_mistake(mistakes: dict, test: str, hint: str):
     return max(hits, key=lambda m: len(m.hint)).id if hits else None
 
 
-def is_test_cell(cell) -> bool:
-    """An autograded test cell: graded, not a solution cell, code."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return bool(meta.get("grade")) and not meta.get("solution") and cell.get("cell_type") == "code"
-
-
 def stale_mistakes(mistakes: dict, notebooks) -> list:
     """One message per catalogued mistake that its test cell can no longer show: the test cell
     is gone, or its source no longer contains the hint piece (a hint was rewritten).
     ``notebooks``: the lesson's solution notebooks (NotebookNodes)."""
-    sources = {c.metadata["nbgrader"]["grade_id"]: c.source for nb in notebooks for c in nb.cells
+    sources = {grade_id_of(c): c.source for nb in notebooks for c in nb.cells
                if is_test_cell(c)}
     problems = []
     for m in mistakes.values():
@@ -131,7 +127,7 @@ def exercise_titles(nb) -> dict:
         elif is_test_cell(cell):
             first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
             m = _TEST_LINE.match(first)
-            gid = cell.metadata["nbgrader"]["grade_id"]
+            gid = grade_id_of(cell)
             titles[gid] = _first_upper((m.group(1).strip() if m else "") or heading or "")[:120] or gid
             heading = None     # a heading names the exercise that follows it, not the next one
     return titles

@@ -46,23 +46,93 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Any, Bool, Dict, Unicode
+from traitlets import Any, Dict, Unicode
 
 from . import jail
 from .options import UNSANDBOXED_FLAG, GradingOptions
+from .protocol import Job, Report
 
-__all__ = ["SandboxedExecute", "GRADEBOOK_LOCK", "EXECUTORS", "run_submission",
-           "isolation_notes", "check_sandbox", "kill_all", "SandboxUnavailable", "report_path"]
+__all__ = ["SandboxedExecute", "GradingRun", "LocalExecutor", "Harnesses", "run_submission",
+           "isolation_notes", "check_sandbox", "SandboxUnavailable", "report_path"]
 
-# Everything that touches nbgrader or the gradebook holds this lock; a notebook's execution
-# (the slow part) releases it, so with -j N up to N harnesses run while the parent scores.
-GRADEBOOK_LOCK = threading.Lock()
-ACTIVE = set()                  # the running harnesses, killed by kill_all() on Ctrl-C
 HARNESS_MEMORY_MB = 8192        # the harness holds decoded values and outputs, never student code
-# Where else a submission may run, by name (SandboxedExecute.executor): a callable
-# (nb, data_dir, options, label) -> (executed notebook or None, report), such as
-# autograder.distributed.DaskExecutor; without one, run_submission runs it here.
-EXECUTORS = {}
+
+
+class Harnesses:
+    """The harness processes one owner has running (an executor, a Dask worker's plugin), so
+    that it can kill them all (Ctrl-C, a worker closing)."""
+
+    def __init__(self):
+        self._procs = set()
+        self._lock = threading.Lock()
+
+    def add(self, proc) -> None:
+        """Count ``proc`` (a subprocess.Popen) as running."""
+        with self._lock:
+            self._procs.add(proc)
+
+    def discard(self, proc) -> None:
+        """Forget ``proc`` (it has ended and was reaped)."""
+        with self._lock:
+            self._procs.discard(proc)
+
+    def kill_all(self) -> None:
+        """Kill every running harness and its sandbox (their process groups)."""
+        with self._lock:
+            procs = list(self._procs)
+        for proc in procs:
+            _kill(proc)
+
+
+class LocalExecutor:
+    """Runs each submission on this machine (:func:`run_submission`): the executor of a
+    grading run without a cluster. Any executor is a callable ``(nb, data_dir, options,
+    label) -> (executed notebook or None, report dict)``, such as
+    :class:`autograder.distributed.DaskExecutor`."""
+
+    def __init__(self, course_root=None):
+        self.course_root = course_root
+        self.harnesses = Harnesses()
+
+    def __call__(self, nb, data_dir, options: GradingOptions, label: str = "") -> tuple:
+        """Run one submission here; see :func:`run_submission`."""
+        return run_submission(nb, data_dir, options, self.course_root, harnesses=self.harnesses)
+
+    def kill_all(self) -> None:
+        """Kill the harnesses of this executor still running (Ctrl-C)."""
+        self.harnesses.kill_all()
+
+    def close(self) -> None:
+        """Nothing to release: a harness ends with its submission."""
+
+
+class GradingRun:
+    """What one grading run shares with nbgrader's Execute step (:class:`SandboxedExecute`):
+    the executor that runs each submission and the lock that everything touching nbgrader
+    or the gradebook holds. A notebook's execution (the slow part) releases the lock, so with
+    -j N up to N submissions run while the parent scores. Passed through nbgrader's config as
+    the ``run`` trait; traitlets deep-copies config values, and this object is shared instead.
+    """
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.lock = threading.Lock()
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def execute(self, nb, data_dir, options: GradingOptions, label: str) -> tuple:
+        """Run one submission with the lock released (the caller holds it); returns what the
+        executor returns."""
+        self.lock.release()
+        try:
+            return self.executor(nb, data_dir, options, label)
+        finally:
+            self.lock.acquire()
+            # nbgrader's setenv() deletes NBGRADER_EXECUTION after this step whatever was there
+            # before (and fails when it is gone); with several students in flight another one
+            # may have deleted it already. nbgrader's own process-wide setting: put it back.
+            os.environ["NBGRADER_EXECUTION"] = "autograde"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -115,7 +185,7 @@ HARNESS_ATTEMPTS = 2             # a harness that fails (not a student's kernel)
 
 
 def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode="autograde",
-                   show_call_output=False, cwd=None) -> tuple:
+                   show_call_output=False, cwd=None, harnesses: Harnesses = None) -> tuple:
     """Run ``nb`` in a harness process; returns (executed notebook or None, report dict).
 
     ``data_dir`` holds the files the notebook may read (mounted read-only, notebooks excluded).
@@ -125,10 +195,13 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
     student's (what the student's code does ends in its kernel, inside its own caps): it is run
     again, up to HARNESS_ATTEMPTS times in all, with a fresh job folder; if none succeeds the
     report has ``"retry": True`` (grade_class then grades the submission again next run) and
-    says so under ``review``.
+    says so under ``review``. ``harnesses`` counts the harness process while it runs (so that
+    its owner can kill it).
     """
+    harnesses = harnesses if harnesses is not None else Harnesses()
     for attempt in range(1, HARNESS_ATTEMPTS + 1):
-        executed, report = _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd)
+        executed, report = _run_once(nb, data_dir, options, course_root, mode, show_call_output,
+                                     cwd, harnesses)
         if not report.get("retry"):
             if attempt > 1:
                 report.setdefault("notes", []).append(
@@ -137,14 +210,15 @@ def run_submission(nb, data_dir, options: GradingOptions, course_root=None, mode
     return executed, report
 
 
-def _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd) -> tuple:
+def _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd,
+              harnesses: Harnesses) -> tuple:
     """One harness run of run_submission; a failed harness gives ``report["retry"] = True``."""
     sandbox = jail.probe()["ok"]
     if not sandbox and not options.unsandboxed:
         raise SandboxUnavailable(jail.probe()["why"])
     job = Path(tempfile.mkdtemp(prefix="autograder-job-"))
     os.chmod(job, 0o711)   # the sandbox's uid may pass through, not list or read
-    report = {"review": [], "timeouts": [], "kernel": "", "capped": [], "tampered": []}
+    report = Report()
     proc = None
     try:
         scratch = None
@@ -153,42 +227,41 @@ def _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd) -
             scratch.mkdir()
             for f in _data_files(data_dir):
                 (shutil.copytree if f.is_dir() else shutil.copy)(f, scratch / f.name)
-        spec = {"input": str(job / "in.ipynb"), "output": str(job / "out.ipynb"),
-                "report": str(job / "report.json"), "job_dir": str(job),
-                "options": options.as_dict(), "sandbox": sandbox, "mode": mode,
-                "data_files": [str(p) for p in _data_files(data_dir)],
-                "course_root": str(course_root) if course_root else None,
-                "show_call_output": show_call_output, "parent_pid": os.getpid(),
-                "cwd": str(cwd or scratch) if not sandbox else None}
-        nbformat.write(nb, spec["input"])
-        (job / "job.json").write_text(json.dumps(spec))
+        spec = Job(input=str(job / "in.ipynb"), output=str(job / "out.ipynb"),
+                   report=str(job / "report.json"), job_dir=str(job), options=options,
+                   sandbox=sandbox, mode=mode, data_files=[str(p) for p in _data_files(data_dir)],
+                   course_root=str(course_root) if course_root else None,
+                   show_call_output=show_call_output, parent_pid=os.getpid(),
+                   cwd=str(cwd or scratch) if not sandbox else None)
+        nbformat.write(nb, spec.input)
+        spec.write(job / "job.json")
         log = open(job / "harness.log", "wb")
         proc = subprocess.Popen(harness_command(job / "job.json"),
                                 cwd=job, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_limit_harness if os.name == "posix" else None)
         log.close()
-        ACTIVE.add(proc)
+        harnesses.add(proc)
         try:
             proc.wait(timeout=options.notebook_timeout + 60)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            report["review"].append(f"the notebook ran past its {options.notebook_timeout} s "
-                                    "limit and was stopped")
-            return None, report
-        if proc.returncode != 0 or not Path(spec["output"]).is_file():
+            report.review.append(f"the notebook ran past its {options.notebook_timeout} s "
+                                 "limit and was stopped")
+            return None, report.to_dict()
+        if proc.returncode != 0 or not Path(spec.output).is_file():
             tail = (job / "harness.log").read_bytes()[-4000:].decode(errors="replace").strip()
             last = (tail.splitlines() or [""])[-1]
-            report["review"].append(f"the grading harness failed (exit {proc.returncode}): "
-                                    f"{last[:200]}")
-            report["retry"] = True
-            return None, report
-        report = json.loads((job / "report.json").read_text())
-        return nbformat.read(spec["output"], as_version=4), report
+            report.review.append(f"the grading harness failed (exit {proc.returncode}): "
+                                 f"{last[:200]}")
+            report.retry = True
+            return None, report.to_dict()
+        report = Report.from_dict(json.loads((job / "report.json").read_text()))
+        return nbformat.read(spec.output, as_version=4), report.to_dict()
     finally:
         if proc is not None:
             _kill(proc)   # whatever of its process group is left
-            ACTIVE.discard(proc)
+            harnesses.discard(proc)
         shutil.rmtree(job, ignore_errors=True)
 
 
@@ -203,12 +276,6 @@ def _limit_harness():
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 
 
-def kill_all() -> None:
-    """Kill every running harness and its sandbox (their process groups): used on Ctrl-C."""
-    for proc in list(ACTIVE):
-        _kill(proc)
-
-
 def _kill(proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -219,14 +286,7 @@ def _kill(proc) -> None:
 
 def review_reasons(report: dict) -> list:
     """The reasons a person should look at a submission, from a harness report."""
-    reasons = list(report.get("review", []))
-    if report.get("kernel"):
-        reasons.append(f"{report['kernel']} (killed, or over a memory or process limit)")
-    if report.get("tampered"):
-        shown = ", ".join(report["tampered"][:5]) + (" ..." if len(report["tampered"]) > 5 else "")
-        reasons.append(f"the notebook's code changed {shown} (tests ran outside the notebook, so "
-                       "the score does not depend on it)")
-    return reasons
+    return Report.from_dict(report).reasons()
 
 
 class SandboxedExecute(NbGraderPreprocessor):
@@ -234,36 +294,25 @@ class SandboxedExecute(NbGraderPreprocessor):
 
     Traits (set through nbgrader's config): ``options`` (a GradingOptions as a dict),
     ``course_root``, ``report_dir`` (each submission's report is written to
-    ``report_dir/<assignment>/<student>.json``), ``release_lock`` (release GRADEBOOK_LOCK
-    while the notebook runs; the grader holds it around nbgrader's own work) and ``executor``
-    (the name of an entry of EXECUTORS that runs the notebook instead of run_submission here).
+    ``report_dir/<assignment>/<student>.json``) and ``run`` (a :class:`GradingRun`: its
+    executor runs the notebook, with its lock released; the grader holds it around nbgrader's
+    own work). Without a run, :func:`run_submission` runs the notebook here.
     """
     options = Dict(help="GradingOptions fields").tag(config=True)
     course_root = Unicode("", help="course root (never mounted into the sandbox)").tag(config=True)
     report_dir = Unicode("", help="folder for the per-submission reports").tag(config=True)
-    release_lock = Bool(False, help="release GRADEBOOK_LOCK while the notebook runs").tag(config=True)
-    executor = Unicode("", help="name of an entry of EXECUTORS (default: run here)").tag(config=True)
-    lock = Any(None)
+    run = Any(None, help="the GradingRun (executor and gradebook lock)").tag(config=True)
 
     def preprocess(self, nb, resources):
         options = GradingOptions(**self.options)
         data_dir = Path(resources.get("metadata", {}).get("path") or ".")
         original = nbformat.from_dict(json.loads(json.dumps(nb)))
         info = resources.get("nbgrader", {})
-        if self.release_lock:
-            GRADEBOOK_LOCK.release()
-        try:
-            if self.executor:
-                label = f"{info.get('assignment', '?')}/{info.get('student', '?')}"
-                executed, report = EXECUTORS[self.executor](nb, data_dir, options, label)
-            else:
-                executed, report = run_submission(nb, data_dir, options, self.course_root or None)
-        finally:
-            if self.release_lock:
-                GRADEBOOK_LOCK.acquire()
-            # nbgrader's setenv() deletes NBGRADER_EXECUTION after this step whatever was there
-            # before; with several students in flight another one may have deleted it already.
-            os.environ["NBGRADER_EXECUTION"] = "autograde"
+        if self.run is not None:
+            label = f"{info.get('assignment', '?')}/{info.get('student', '?')}"
+            executed, report = self.run.execute(nb, data_dir, options, label)
+        else:
+            executed, report = run_submission(nb, data_dir, options, self.course_root or None)
         if self.report_dir and info.get("student"):
             path = report_path(self.report_dir, info.get("assignment", "?"), info["student"])
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -278,9 +327,10 @@ def finish_notebook(executed, original, report=None):
     points to a test cell without an error), and so does each test cell of a notebook that never
     came back.
     """
-    from .harness import NOT_RUN_ENAME, is_test_cell
+    from .cells import is_test_cell
+    from .notebook_client import NOT_RUN_ENAME
     nb = executed if executed is not None else original
-    why = "; ".join((report or {}).get("review", [])) or "the grader stopped before this test ran"
+    why = "; ".join(Report.from_dict(report).review) or "the grader stopped before this test ran"
     for cell in nb.cells:
         ran = executed is not None and (cell.get("execution_count") is not None or any(
             o.get("output_type") == "error" for o in cell.get("outputs", [])))

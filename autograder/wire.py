@@ -1,4 +1,4 @@
-"""Values across the grader's trust boundary: a plain-data wire format, and the kernel side of it.
+"""Values across the grader's trust boundary: a plain-data wire format (the codec, no state).
 
 The course's grader never runs a test cell in the student's process. The student's kernel runs
 the student's cells; each test cell runs in a separate, trusted process (``autograder.harness``)
@@ -19,20 +19,19 @@ arguments and results crossing the same way (arguments may also be ``torch.nn`` 
 in the kernel from their parameters). Anything else arrives as an opaque marker that fails every
 use with a clear TypeError. Nothing in this format can carry code or a class.
 
-The functions whose names start with ``kernel_`` run inside the student's kernel; the harness
-sends them one JSON request per cell and reads the answer from a display message of type
-:data:`WIRE_MIME`. They are part of the untrusted side: a student may replace them, which can only
-change the values of the student's own names, never a test. The same module on the trusted side
-only decodes. Design notes: the "Trust boundary" section of the course's design.
+The kernel side of the channel (:mod:`autograder.kernel_server`) runs inside the student's
+kernel with a copy of this module; the harness sends it one JSON request per cell and reads the
+answer from a display message of type :data:`WIRE_MIME`. The same codec on the trusted side
+only decodes what comes back and encodes a test's arguments. Design notes: the "Trust
+boundary" section of the course's design.
 """
 import base64
-import builtins
 import json
 import re
 import sys
 
 __all__ = ["WIRE_MIME", "WireError", "Opaque", "encode", "decode", "encode_json",
-           "decode_json", "kernel_request", "kernel_safe_messages", "visible", "MAX_BYTES"]
+           "decode_json", "visible", "MAX_BYTES"]
 
 WIRE_MIME = "application/vnd.mlexp.grading+json"
 MAX_BYTES = 256 * 2**20      # raw array bytes per crossing; more is refused, not truncated
@@ -422,27 +421,6 @@ def _rebuild_module(node, budget, depth, leaves):
     return m
 
 
-# ---------------------------------------------------------------------------------------------
-# The kernel side: runs in the student's process, answers one request per call.
-
-_REFS = []          # callables handed out as references, by number
-_GRAPHS = {}        # call number -> (input leaves, output tensors) kept for a backward pass
-_SNAPSHOT = {}      # what the notebook looked like before the student's first cell
-_IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}
-_KERNEL_MANAGED = {"input", "raw_input", "getpass"}    # the kernel swaps these at every execution
-
-
-def _user_ns():
-    from IPython import get_ipython
-    shell = get_ipython()
-    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
-
-
-def _publish(reply) -> None:
-    from IPython.display import publish_display_data
-    publish_display_data({WIRE_MIME: reply})
-
-
 def visible(value):
     """``value`` (text, or lists and dicts of it) with each lone surrogate written out as the
     text ``\\udXXX``: what a message, a notebook or a report can hold, and a reader can see."""
@@ -453,269 +431,3 @@ def visible(value):
     if isinstance(value, dict):
         return {visible(k): visible(v) for k, v in value.items()}
     return value
-
-
-def _exception(exc) -> dict:
-    names = [c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c]
-    return {"error": {"types": names, "type": visible(type(exc).__name__),
-                      "message": visible(str(exc)[:2000])}}
-
-
-def kernel_safe_messages() -> None:
-    """Make this kernel's messages always sendable: a lone surrogate in any text it sends (a
-    printed string, a traceback, a display) is written out as ``\\udXXX`` instead of making
-    the kernel's message packer fail (ipykernel then prints its own traceback and sends
-    nothing). Called once, when the grader sets up its channel."""
-    from IPython import get_ipython
-    from jupyter_client import jsonutil
-    shell = get_ipython()
-    session = getattr(getattr(shell, "kernel", None), "session", None)
-    if session is None:
-        return
-    packer = session.pack
-
-    def pack(obj):
-        try:
-            text = json.dumps(obj, default=jsonutil.json_default, ensure_ascii=False,
-                              allow_nan=False)
-        except (TypeError, ValueError):
-            return packer(visible(jsonutil.json_clean(obj)))
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError:   # inside a JSON string: written out, read back as text
-            return _SURROGATE.sub(lambda m: f"\\\\u{ord(m[0]):04x}", text).encode("utf-8")
-
-    session.pack = pack
-
-
-def _lookup(name):
-    ns = _user_ns()
-    if not isinstance(name, str) or name.startswith("_") or name in _IPYTHON_NAMES or name not in ns:
-        return {"missing": True}
-    value = ns[name]
-    import types
-    if isinstance(value, types.ModuleType):
-        return {"module": getattr(value, "__name__", name)}
-    try:
-        return {"value": encode(value, kernel=True, refs=_REFS)}
-    except WireError as exc:
-        return {"value": {"t": "opaque", "type": visible(f"{type(value).__name__} ({exc})"[:150])}}
-
-
-def _call(req):
-    import contextlib
-    ref = req.get("ref")
-    if type(ref) is not int or not 0 <= ref < len(_REFS):
-        return {"error": {"types": ["LookupError"], "type": "LookupError",
-                          "message": "the function is no longer available in the kernel"}}
-    fn = _REFS[ref]
-    leaves = {}
-    torch = sys.modules.get("torch")
-    try:
-        args = decode(req["args"], leaves=leaves, modules=True)
-        kwargs = decode(req["kwargs"], leaves=leaves, modules=True)
-    except WireError as exc:
-        return _exception(exc)
-    grad = bool(req.get("grad")) and torch is not None
-    mode = torch.set_grad_enabled(grad) if torch is not None else contextlib.nullcontext()
-    watch, trace = req.get("watch"), None
-    if isinstance(watch, list):   # the exercise's rules (mlexp.rules): watched where fn runs
-        try:
-            import importlib
-            watcher = importlib.import_module("mlexp.rules").watching([str(m) for m in watch])
-        except Exception:          # no mlexp here: the test side says the call was not watched
-            watcher = None
-    try:
-        with mode:
-            if isinstance(watch, list) and watcher is not None:
-                with watcher as trace:
-                    result = fn(*args, **dict(kwargs))
-            else:
-                result = fn(*args, **dict(kwargs))
-    except Exception as exc:   # the student's exception, reported as data
-        return _exception(exc)
-    outputs = []
-    try:
-        reply = {"value": encode(result, kernel=True, refs=_REFS,
-                                 grad_leaves=outputs if grad else None)}
-        # Tensor arguments may have been changed in place: send them back (the harness fails
-        # the call when one was; it never copies them into the test's tensors), with the names
-        # of the parameters they were bound to, for its message.
-        tensors = [a if torch is not None and isinstance(a, torch.Tensor) else None for a in args]
-        reply["args"] = encode(tensors, kernel=True, refs=[])
-        reply["names"] = _parameter_names(fn, len(args))
-        reply["kwargs"] = encode({k: v for k, v in dict(kwargs).items()
-                                  if torch is not None and isinstance(v, torch.Tensor)},
-                                 kernel=True, refs=[])
-    except WireError as exc:
-        return {"value": {"t": "opaque", "type": visible(f"{type(result).__name__} ({exc})"[:150])}}
-    if trace is not None:
-        try:
-            reply["watch"] = trace.as_dict()
-        except Exception:
-            pass
-    if grad and outputs:
-        call_id = len(_GRAPHS) + 1
-        _GRAPHS[call_id] = ([leaves[i] for i in sorted(leaves)], outputs)
-        reply["graph"] = call_id
-    return reply
-
-
-def _parameter_names(fn, n: int) -> list:
-    """The names of ``fn``'s first ``n`` positional parameters ("" where unknown)."""
-    import inspect
-    try:
-        params = [p.name for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        params = []
-    return [str(x)[:40] for x in params[:n]] + [""] * max(0, n - len(params))
-
-
-def _backward(req):
-    torch = sys.modules["torch"]
-    inputs, outputs = _GRAPHS.pop(req.get("graph"), ([], []))
-    grads_out = decode(req["grads"])
-    pairs = [(o, g) for o, g in zip(outputs, grads_out) if g is not None and o.requires_grad]
-    if not inputs or not pairs:
-        return {"value": encode([None] * len(inputs))}
-    try:
-        grads = torch.autograd.grad([o for o, _ in pairs], inputs, [g.to(o.dtype) for o, g in pairs],
-                                    allow_unused=True)
-    except Exception as exc:
-        return _exception(exc)
-    return {"value": encode(list(grads))}
-
-
-WATCHED_MODULES = ("builtins", "math", "operator", "functools", "cmath", "statistics", "json",
-                   "numpy", "torch", "torch.nn.functional", "torch.linalg", "mlexp", "mlexp.ops",
-                   "IPython.display", "IPython.core.display_functions")
-
-
-def _watched_functions():
-    """The functions tests and libraries rely on, by dotted name (and torch.Tensor's methods)."""
-    import types
-    found = {}
-    for modname in WATCHED_MODULES:
-        mod = sys.modules.get(modname)
-        if mod is None:
-            continue
-        for k, v in list(vars(mod).items()):
-            if modname == "builtins" and k in _KERNEL_MANAGED:
-                continue
-            if callable(v) and not isinstance(v, (type, types.ModuleType)):
-                found[f"{modname}.{k}"] = v
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        found.update({f"torch.Tensor.{k}": v for k, v in vars(torch.Tensor).items() if callable(v)})
-    return found
-
-
-def _shell_hooks():
-    """IPython's places where code can intercept a cell, each a list of what is registered."""
-    from IPython import get_ipython
-    shell = get_ipython()
-    if shell is None:
-        return {}
-    hooks = {"IPython input transformers": list(shell.input_transformers_post)
-             + list(shell.input_transformers_cleanup),
-             "IPython AST transformers": list(shell.ast_transformers),
-             # set_custom_exc wraps the handler in IPython's own function: compare what it catches
-             "IPython custom exception handler": list(shell.custom_exceptions),
-             "sys.settrace / sys.setprofile": [f for f in (sys.gettrace(), sys.getprofile()) if f]}
-    for name in ("showtraceback", "showsyntaxerror", "run_cell", "run_ast_nodes", "run_code",
-                 "transform_cell", "set_custom_exc"):
-        own = vars(shell).get(name)    # a method replaced on the instance
-        hooks[f"IPython shell.{name}"] = [own] if own is not None else []
-    for event, callbacks in shell.events.callbacks.items():
-        hooks[f"IPython event hook '{event}'"] = list(callbacks)
-    return hooks
-
-
-def _install_dirs():
-    import os
-    import sysconfig
-    dirs = {sys.prefix, sys.base_prefix, *sysconfig.get_paths().values()}
-    mlexp = sys.modules.get("mlexp")
-    if mlexp is not None and getattr(mlexp, "__file__", None):
-        dirs.add(os.path.dirname(mlexp.__file__))
-    return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
-
-
-def _from_notebook(obj) -> bool:
-    """True when ``obj`` was written in the notebook (its code is not part of the Python
-    installation, its libraries or mlexp): what a library does to itself on import, such as
-    matplotlib's own IPython hooks or torch re-wrapping torch.manual_seed, is not the student's."""
-    import functools
-    import os
-    for _ in range(8):   # unwrap partials and bound methods
-        if isinstance(obj, functools.partial):
-            obj = obj.func
-        elif hasattr(obj, "__func__"):
-            obj = obj.__func__
-        else:
-            break
-    code = getattr(obj, "__code__", None)
-    if code is not None:
-        return not os.path.realpath(code.co_filename).startswith(_install_dirs())
-    cls = obj if isinstance(obj, type) else type(obj)
-    if cls.__module__ in ("builtins", "functools"):
-        return False    # a function of the interpreter itself
-    module = sys.modules.get(cls.__module__)
-    path = getattr(module, "__file__", None)
-    return path is None or not os.path.realpath(path).startswith(_install_dirs())
-
-
-def _snapshot(req):
-    import importlib
-    for name in req.get("import", []):
-        try:
-            importlib.import_module(name)
-        except Exception:
-            pass
-    _SNAPSHOT.clear()
-    _SNAPSHOT.update(functions=_watched_functions(), hooks=_shell_hooks())
-    return {"value": True}
-
-
-def _tamper_report(_req):
-    """What code written in the notebook put into libraries, builtins and IPython's hooks.
-
-    The copy that took the snapshot (before the student's first cell) reports what changed
-    since; a fresh copy, sent in by the harness after the last cell under a name the notebook
-    could not know, has no snapshot to trust and reports every watched function and hook whose
-    code was written in the notebook, so replacing the first copy hides nothing.
-    """
-    snap = _SNAPSHOT or None
-    changed = []
-    for name, fn in _watched_functions().items():
-        old = snap["functions"].get(name) if snap else None
-        if (fn is not old if snap else True) and (old is not None or not snap) and _from_notebook(fn):
-            changed.append(name)
-    for name, now in _shell_hooks().items():
-        before = snap["hooks"].get(name, []) if snap else []
-        added = [h for h in now if not any(h is b for b in before)]
-        if added and (name == "IPython custom exception handler" or any(map(_from_notebook, added))):
-            changed.append(name)
-    return {"value": changed}
-
-
-_OPS = {"lookup": lambda req: _lookup(req.get("name")), "call": _call, "backward": _backward,
-        "snapshot": _snapshot, "tamper_report": _tamper_report}
-
-
-def kernel_request(text: str) -> None:
-    """Answer one request of the harness (JSON ``text``) with a display message of WIRE_MIME.
-
-    Requests: ``{"op": "lookup", "name": ...}``, ``{"op": "call", "ref": n, "args": nodes,
-    "kwargs": nodes, "grad": bool}``, ``{"op": "backward", "graph": n, "grads": nodes}``,
-    ``{"op": "snapshot", "import": [...]}`` and ``{"op": "tamper_report"}``. Replies carry
-    ``value`` (wire nodes), or ``error`` (the exception's built-in types and message), or
-    ``missing`` / ``module`` for a lookup.
-    """
-    try:
-        req = json.loads(text)
-        reply = _OPS[req["op"]](req)
-    except Exception as exc:   # a malformed request or a failure of this helper itself
-        reply = _exception(exc)
-    _publish(reply)

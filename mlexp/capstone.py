@@ -15,7 +15,7 @@ from .train import count_params
 from .transformer import Attention, RMSNorm, SwiGLU, default_ffn_hidden
 
 __all__ = ["LAYER_KINDS", "Design", "lesson_designs", "RecallLM", "build_model", "memory_bytes",
-           "CapstoneConfig", "train_and_score", "run_designs", "pareto_front"]
+           "CapstoneConfig", "train_and_score", "pareto_front"]
 
 # One word per layer kind. "attention" keeps a KV cache of every token, "window" one of the last
 # `window` tokens, "gated_delta" and "decay" (a scalar-decay linear attention) a fixed state per head, "inattention" reads keys and
@@ -230,17 +230,6 @@ def train_and_score(design: Design, config: CapstoneConfig, seed: int = 0, devic
     return {"name": design.name, "pattern": design.pattern, "params": count_params(model), "seconds": seconds,
             "loss": sum(tail) / max(len(tail), 1), "bytes": mem(config.seq_len), "bytes_2x": mem(2 * config.seq_len),
             **scores, "losses": list(history["loss"])}
-
-
-def run_designs(designs, config: CapstoneConfig, seed: int = 0, progress: bool = True) -> list:
-    """``train_and_score`` for each Design of ``designs`` (a dict or list) in turn; returns the list."""
-    from tqdm.auto import tqdm
-
-    designs = list(designs.values()) if isinstance(designs, dict) else list(designs)
-    out = []
-    for d in tqdm(designs, desc="designs", disable=not progress):
-        out.append(train_and_score(d, config, seed))
-    return out
 
 
 def pareto_front(points) -> list:

@@ -48,25 +48,6 @@ TIME_RE = re.compile(r"^\*\*Time\.\*\*.*?(?=\n\n|\Z)", re.S | re.M)
 SET_THREADS_RE = re.compile(r"torch\.set_num_threads\((\d+)\)")
 REQUIRED_IN_INTRO = ("**What you will be able to do**", "**Assumptions.**")
 
-# The setup cell's code before this script existed: it is removed from the lesson's own
-# import cell when the shared setup cell is first inserted.
-OLD_BOOTSTRAP = '''# Setup: find the course library `mlexp` (installed, or in the repository this notebook sits in).
-import sys
-from pathlib import Path
-
-try:
-    import mlexp
-except ImportError:
-    _root = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "mlexp" / "__init__.py").is_file()), None)
-    if _root is None:
-        raise ImportError(
-            "This lesson needs the course library `mlexp`. In a clone of the course repository run "
-            "`bash scripts/setup.sh` (or `pip install -e .`) and start Jupyter inside the clone."
-        ) from None
-    sys.path.insert(0, str(_root))
-    import mlexp
-'''
-
 # Packages Colab already has: the setup cell must never install (and so replace) them.
 COLAB_KEEPS = ("torch", "numpy", "matplotlib", "ipywidgets")
 # Small dependencies of mlexp the setup cell adds on Colab when (and only when) they are missing:
@@ -273,18 +254,8 @@ def apply(nb, lesson_id: str, times: dict, repo: str = COURSE_REPO):
     intro.source = rewrite_intro(intro.source, lesson_id, times, sets_threads, repo)
     setup = [c for c in nb.cells if c.get("id") == SETUP_ID]
     if not setup:
-        # First run: insert the shared cell and take the old bootstrap out of the lesson's imports.
-        for cell in nb.cells:
-            if cell.cell_type == "code" and cell.source.startswith(OLD_BOOTSTRAP):
-                cell.source = cell.source[len(OLD_BOOTSTRAP):].lstrip("\n")
-                cell.source = "# The lesson's imports and settings.\n" + cell.source
-                break
-        else:
-            raise ValueError(f"{lesson_id}: no setup cell found (neither id '{SETUP_ID}' nor the old one).")
-        cell = nbformat.v4.new_code_cell("")
-        cell.id = SETUP_ID
-        nb.cells.insert(1, cell)
-    elif nb.cells.index(setup[0]) != 1:
+        raise ValueError(f"{lesson_id}: no setup cell found (id '{SETUP_ID}').")
+    if nb.cells.index(setup[0]) != 1:
         raise ValueError(f"{lesson_id}: the cell '{SETUP_ID}' must be the second cell.")
     cell = nb.cells[1]
     cell.source = setup_source(repo)

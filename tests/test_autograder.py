@@ -1,6 +1,7 @@
 """The grader on a toy course written from code: build, grade (zip), feedback, check, demo."""
 import csv
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -161,6 +162,25 @@ def test_regrading_another_class_into_the_same_out_lists_only_that_class(course,
                          force=True)
     assert [(r.student, r.score, r.reused) for r in forced] == [("ann_correct", 6, False),
                                                                ("bob_subtracts", 3, False)]
+
+
+@pytest.mark.slow
+def test_grade_class_runs_twice_in_one_process_and_leaves_nothing_behind(course, tmp_path, monkeypatch):
+    """Each run has its own executor and gradebook lock (autograder.sandbox.GradingRun): two
+    runs one after the other in one process, with -j 2, grade alike and leave the process as
+    they found it (nbgrader's NBGRADER_EXECUTION, the working folder)."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    write_class(course, tmp_path / "cls")
+    for student in STUDENTS:
+        if student not in ("ann_correct", "bob_subtracts", "dan_raises"):
+            shutil.rmtree(tmp_path / "cls" / student)
+    cwd = os.getcwd()
+    runs = [grade_class(course, tmp_path / "cls", tmp_path / f"out{i}", progress=False, jobs=2,
+                        options=GradingOptions(cell_timeout=30)) for i in range(2)]
+    first, second = ([(r.student, r.score, r.status) for r in rs] for rs in runs)
+    assert first == second == [("ann_correct", 6, "graded"), ("bob_subtracts", 3, "graded"),
+                               ("dan_raises", 2, "graded")]
+    assert "NBGRADER_EXECUTION" not in os.environ and os.getcwd() == cwd
 
 
 def test_collect_reads_folders_and_reports_unknown(course, tmp_path):

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from autograder import wire
+from autograder.kernel_server import KernelServer
 from mlexp import rules
 from mlexp.ops import linear_attention as renamed
 
@@ -52,14 +53,15 @@ def test_a_loop_over_t_is_seen_from_the_count_of_torch_operations():
 def test_the_kernel_side_of_the_wire_watches_a_call_and_sends_the_trace_as_data():
     """What the harness gets back from a watched call (autograder.harness StudentFunction._watched_call)."""
     for fn, used in ((own, []), (library, ["mlexp.ops.linear_attention(impl='chunk')"])):
-        wire._REFS.append(fn)
-        req = {"op": "call", "ref": len(wire._REFS) - 1, "args": wire.encode(inputs(4)),
+        server = KernelServer(namespace=dict)
+        server.refs.append(fn)
+        req = {"op": "call", "ref": 0, "args": wire.encode(inputs(4)),
                "kwargs": wire.encode({}), "grad": False, "watch": ["mlexp.ops"]}
-        reply = wire._call(req)
+        reply = server.call(req)
         assert rules.Trace.from_dict(reply["watch"]).used == used
         assert torch.allclose(wire.decode(reply["value"]), fn(*inputs(4)), atol=1e-5)
         del req["watch"]
-        assert "watch" not in wire._call(req)                 # an ordinary call is not watched
+        assert "watch" not in server.call(req)                 # an ordinary call is not watched
 
 
 def test_a_proxy_that_sends_no_trace_fails_with_a_hint():

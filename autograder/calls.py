@@ -1,0 +1,254 @@
+"""Values and functions of the student's notebook as the trusted side sees them: the channel to
+the kernel (:class:`KernelLink`), proxies of student functions, and the namespace a test runs in.
+"""
+import builtins
+import time
+from pathlib import Path
+
+from . import kernel_server, wire
+from .notebook_client import KERNEL_MODULE, RECOVER_S, StudentTimeout
+from .protocol import KernelReply, KernelRequest
+from .wire import Opaque, WireError, decode, encode
+
+__all__ = ["KernelLink", "StudentFunction", "StudentNamespace"]
+
+
+class StudentFunction:
+    """A student function or callable, called through the kernel; arguments and results cross as
+    data (:mod:`autograder.wire`). An exception inside it is raised here as the same built-in type
+    with its message. A tensor argument changed in place fails the call (AssertionError with a
+    hint) and never changes the test's own tensor; autograd flows through the call when the
+    arguments require grad."""
+
+    def __init__(self, link, ref: int, type_name: str, name: str):
+        self._link, self._ref, self._type = link, ref, type_name
+        self.__name__ = name or type_name
+
+    def __call__(self, *args, **kwargs):
+        return self._link.call(self, args, kwargs)
+
+    def _watched_call(self, args, kwargs, forbid):
+        """The call watched in the kernel by mlexp.rules (the exercise's stated rules): returns
+        (result, the trace as data, or None when the kernel sent none)."""
+        return self._link.call(self, tuple(args), dict(kwargs), watch=[str(m) for m in forbid])
+
+    def __repr__(self):
+        return f"<{self._type} {self.__name__} from the student's notebook>"
+
+
+class StudentNamespace(dict):
+    """The globals of one test cell: what the test defines, else the student's names, fetched
+    from the kernel on first use. Built-in names and dunder names are never fetched, so a student
+    global called ``abs`` or ``print`` does not replace the built-in in a test."""
+
+    def __init__(self, link):
+        super().__init__(__builtins__=builtins, __name__="__main__")
+        self._link = link
+        self.fetched = set()     # the names whose value came from the kernel (autograder.partial)
+
+    def _fetch(self, name):
+        if not isinstance(name, str) or name.startswith("__") or hasattr(builtins, name):
+            raise KeyError(name)
+        value = self._link.lookup(name)
+        dict.__setitem__(self, name, value)
+        self.fetched.add(name)
+        return value
+
+    def __missing__(self, name):
+        return self._fetch(name)
+
+    def __contains__(self, name):
+        if dict.__contains__(self, name):
+            return True
+        try:
+            self._fetch(name)
+        except KeyError:
+            return False
+        return True
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+
+class _RemoteBackward:
+    """Builds the torch.autograd.Function that sends a backward pass to the kernel."""
+    fn = None
+
+    @classmethod
+    def get(cls):
+        if cls.fn is None:
+            import torch
+
+            class RemoteBackward(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, link, graph, n_in, *tensors):
+                    ctx.link, ctx.graph, ctx.n_in = link, graph, n_in
+                    return tuple(t.detach().clone() for t in tensors[n_in:])
+
+                @staticmethod
+                def backward(ctx, *grads):
+                    got = ctx.link.backward(ctx.graph, grads, ctx.n_in)
+                    return (None, None, None, *got, *([None] * len(grads)))
+
+            cls.fn = RemoteBackward
+        return cls.fn
+
+
+def _replace_tensors(value, mapping):
+    """``value`` with each tensor found in ``mapping`` (by identity) replaced."""
+    if id(value) in mapping:
+        return mapping[id(value)]
+    if isinstance(value, (list, tuple)):
+        items = [_replace_tensors(v, mapping) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {k: _replace_tensors(v, mapping) for k, v in value.items()}
+    return value
+
+
+class KernelLink:
+    """The harness's channel to the kernel: one request cell per lookup or call (not stored in
+    the kernel's history), one reply read from the display message of type WIRE_MIME."""
+
+    def __init__(self, client):
+        self.client = client
+        self.deadline = None     # the current test's end (time.monotonic())
+        self.busy = False        # a request is running (it has its own time limit)
+        self.expired = False     # the test's alarm rang while a request was running
+        self.blocked = False     # a request ran but sent no reply: the notebook intercepted it
+        self.module = KERNEL_MODULE   # the name of the kernel side's copy the requests go to
+
+    def request(self, req: KernelRequest, what: str) -> KernelReply:
+        """Send ``req`` to the kernel within the test's time; its reply. Raises StudentTimeout
+        past the limit and RuntimeError when no reply came (the channel was blocked)."""
+        remaining = None if self.deadline is None else self.deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise StudentTimeout(f"time ran out before {what}")
+        code = (f"__import__('sys').modules[{self.module!r}]"
+                f".kernel_request({req.to_json()!r})")
+        self.busy = True
+        try:
+            reply, timed_out, error = self.client.run_request(code, remaining)
+        finally:
+            self.busy = False
+        if timed_out or self.expired:
+            raise StudentTimeout(f"{what} did not finish within the time limit")
+        if not isinstance(reply, dict):   # no reply, or not one the kernel side writes
+            self.blocked = True
+            raise RuntimeError(f"the grader could not read {what} from the notebook's kernel"
+                               + (f" ({error})" if error else "") + ": was the grader's channel "
+                               f"(sys.modules[{KERNEL_MODULE!r}]) removed or replaced by a cell?")
+        return KernelReply.from_dict(reply)
+
+    def install(self, module: str = KERNEL_MODULE) -> None:
+        """Put the kernel side (:mod:`autograder.wire`'s codec and :mod:`autograder.kernel_server`)
+        into the kernel, before any student cell.
+
+        The student library ``mlexp`` carries nothing of the grader, so the module's source is
+        sent as one request cell (no file of the grader is mounted into the sandbox) and kept
+        as ``sys.modules[KERNEL_MODULE]``. It is the untrusted side's copy: a student cell may
+        replace it, which can only change what the student's own names look like, and a request
+        it then fails to answer is reported as blocked."""
+        source = "\n".join(Path(m.__file__).read_text(encoding="utf-8") for m in (wire, kernel_server))
+        setup = ", m.kernel_safe_messages()" if module == KERNEL_MODULE else ""   # once per kernel
+        code = (f"(lambda m: (__import__('builtins').exec(__import__('builtins').compile("
+                f"{source!r}, '<autograder.wire>', 'exec'), m.__dict__), "
+                f"__import__('sys').modules.__setitem__(m.__name__, m){setup}))"
+                f"(__import__('types').ModuleType({module!r}));")
+        _reply, timed_out, error = self.client.run_request(code, RECOVER_S)
+        if timed_out or error:
+            self.blocked = True
+            raise RuntimeError("the grader could not set up its channel in the notebook's kernel"
+                               + (f" ({error})" if error else " (timed out)"))
+        self.module = module
+
+    def lookup(self, name: str):
+        """The student's global ``name`` as data or a proxy; KeyError when it has none (or it
+        is a module)."""
+        reply = self.request(KernelRequest.lookup(name), f"`{name}`")
+        if reply.missing or reply.is_module:
+            raise KeyError(name)
+        if reply.error is not None:
+            raise RuntimeError(f"the grader could not read `{name}`: {reply.error.get('message', '')}")
+        return self._decode(reply.value, f"`{name}`")
+
+    def _decode(self, node, where, leaves=None):
+        try:
+            value = decode(node, leaves=leaves, ref_factory=lambda i, t, n: StudentFunction(self, i, t, n))
+        except WireError as exc:
+            raise TypeError(f"{where} could not be read from the notebook: {exc}") from None
+        if isinstance(value, Opaque):
+            value._where = where
+        return value
+
+    def call(self, fn: StudentFunction, args: tuple, kwargs: dict, watch=None):
+        """Call ``fn`` in the kernel. ``watch`` (a list of module names): run it under
+        mlexp.rules.watching there and return (value, trace data) instead of the value."""
+        import torch
+        grad_leaves = [] if torch.is_grad_enabled() else None
+        try:
+            args_node = encode(tuple(args), grad_leaves=grad_leaves)
+            kwargs_node = encode(dict(kwargs), grad_leaves=grad_leaves)
+        except WireError as exc:
+            raise TypeError(f"the test passed {fn.__name__} something that cannot be sent to the "
+                            f"notebook ({exc}); this is a fault of the test") from None
+        grad = bool(grad_leaves)
+        req = KernelRequest.call(fn._ref, args_node, kwargs_node, grad, watch)
+        reply = self.request(req, f"the call of {fn.__name__}")
+        if reply.error is not None:
+            raise reply.raised()
+        out_leaves = {}
+        value = self._decode(reply.value, f"the value returned by {fn.__name__}",
+                             leaves=out_leaves if grad else None)
+        self._refuse_in_place(fn, args, kwargs, reply)
+        if grad and reply.graph and out_leaves:
+            outputs = [out_leaves[i].detach() for i in sorted(out_leaves)]
+            linked = _RemoteBackward.get().apply(self, reply.graph, len(grad_leaves),
+                                                 *grad_leaves, *outputs)
+            value = _replace_tensors(value, {id(out_leaves[i]): t
+                                             for i, t in zip(sorted(out_leaves), linked)})
+        if watch is not None:
+            trace = reply.watch
+            return value, (trace if isinstance(trace, dict) else None)
+        return value
+
+    def _refuse_in_place(self, fn, args, kwargs, reply):
+        """Fail the call when the student function changed a tensor argument in place.
+
+        The arguments the kernel received are its own copies; what it did to them never flows
+        back into the test's tensors (a test that computes its expected value after the call
+        must see the inputs it made). Changing an argument is the exercise's mistake, not a
+        value the test can use, so the call raises AssertionError with a hint naming the
+        parameter. Raises nothing when no tensor argument changed.
+        """
+        import torch
+        try:
+            new_args = decode(reply.args)
+            new_kwargs = decode(reply.kwargs)
+        except WireError:
+            return
+        names = reply.names
+        names = [n if isinstance(n, str) and n.isidentifier() else "" for n in names]
+        pairs = [(names[i] if i < len(names) and names[i] else f"argument {i + 1}", old, new)
+                 for i, (old, new) in enumerate(zip(args, new_args or []))]
+        pairs += [(str(k) if str(k).isidentifier() else "an argument", kwargs.get(k), v)
+                  for k, v in (new_kwargs or {}).items()]
+        for name, old, new in pairs:
+            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and (
+                    old.shape != new.shape or old.dtype != new.dtype or not torch.equal(old, new)):
+                raise AssertionError(f"Hint: {fn.__name__} changed {name} in place. Return a new "
+                                     "tensor and leave the arguments as they were given.")
+
+    def backward(self, graph, grads, n_in):
+        """Send the gradients of call ``graph``'s outputs; the ``n_in`` input gradients."""
+        reply = self.request(KernelRequest.backward(graph, encode(list(grads))),
+                             "the backward pass through the notebook's function")
+        if reply.error is not None:
+            raise reply.raised()
+        got = self._decode(reply.value, "the gradients")
+        if not isinstance(got, list) or len(got) != n_in:
+            return [None] * n_in
+        return got

@@ -1,0 +1,217 @@
+"""The harness's side of the student's kernel: a kernel manager that starts it in the jail, and
+an nbclient client with output caps, time limits and request cells (autograder.harness).
+
+Also the names every part of the harness shares: the exceptions that end a test or a kernel,
+the error outputs' names and the time an interrupted kernel gets to answer.
+"""
+import json
+import os
+
+import nbformat
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+from traitlets import Any, List
+
+from .config import KERNEL_ARGS
+from .options import GradingOptions
+from .wire import WIRE_MIME
+
+__all__ = ["SandboxKernelManager", "HarnessClient", "StudentTimeout", "KernelGone",
+           "TIMEOUT_ENAME", "NOT_RUN_ENAME", "KERNEL_MODULE", "RECOVER_S"]
+
+TIMEOUT_ENAME = "CellTimeoutError"
+NOT_RUN_ENAME = "NotExecuted"
+KERNEL_MODULE = "_autograder_wire"   # the name of autograder.wire's copy inside the kernel
+RECOVER_S = 10          # after a time limit, how long an interrupted kernel may take to answer
+
+
+class StudentTimeout(BaseException):
+    """A test, or a student function it called, ran past the cell's time limit.
+
+    A BaseException, so that no ``except Exception`` in a test can swallow it."""
+
+
+class KernelGone(BaseException):
+    """The student's kernel died or stopped answering; nothing more can run in it."""
+
+
+def _error(ename: str, evalue: str, traceback_lines=None):
+    return nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                  traceback=traceback_lines or [f"{ename}: {evalue}"])
+
+
+class SandboxKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernel runs inside the jail's command, interrupted by message."""
+    jail_prefix = List()
+    owner_uid = Any(None)
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        return list(self.jail_prefix) + super().format_kernel_cmd(extra_arguments)
+
+    def write_connection_file(self, **kwargs):
+        super().write_connection_file(**kwargs)
+        if self.owner_uid is not None:   # the sandbox's uid must read it
+            os.chown(self.connection_file, self.owner_uid, self.owner_uid)
+
+
+class HarnessClient(NotebookClient):
+    """nbclient with output caps, request cells, and the record of each cell's reply."""
+
+    def __init__(self, nb, options: GradingOptions, **kw):
+        super().__init__(nb, timeout=options.cell_timeout, allow_errors=True,
+                         interrupt_on_timeout=True, kernel_name="python3",
+                         extra_arguments=list(KERNEL_ARGS), record_timing=False,
+                         error_on_timeout={"ename": TIMEOUT_ENAME, "evalue": "",
+                                           "traceback": [TIMEOUT_ENAME]}, **kw)
+        self.options = options
+        self.cell_left = 0
+        self.notebook_left = options.notebook_output_kb * 1024
+        self.dropped = 0
+        self.truncated = []           # notes: which cells lost output
+        self.last_reply = None
+        self.request_mode = False
+        self.request_reply = None
+        self.request_stdout = []
+        self.on_cell_executed = self._record_reply
+
+    def _record_reply(self, execute_reply=None, **_):
+        self.last_reply = execute_reply
+
+    def _timed_out(self) -> bool:
+        content = (self.last_reply or {}).get("content", {})
+        return content.get("ename") == TIMEOUT_ENAME
+
+    def output(self, outs, msg, display_id, cell_index):
+        if self.request_mode:
+            content = msg.get("content", {})
+            if msg["msg_type"] == "display_data" and WIRE_MIME in content.get("data", {}):
+                self.request_reply = content["data"][WIRE_MIME]
+            elif msg["msg_type"] == "stream" and sum(map(len, self.request_stdout)) < 65536:
+                self.request_stdout.append(str(content.get("text", ""))[:65536])
+            return None
+        size = _output_size(msg)
+        allowed = max(0, min(self.cell_left, self.notebook_left))
+        if size > allowed:
+            content = msg.get("content", {})
+            if msg["msg_type"] == "stream" and allowed > 0:
+                content["text"] = str(content.get("text", ""))[:allowed]
+                self.dropped += size - allowed
+                size = allowed
+            else:
+                self.dropped += size
+                return None
+        self.cell_left -= size
+        self.notebook_left -= size
+        return super().output(outs, msg, display_id, cell_index)
+
+    def _update_display_id(self, display_id, msg):
+        """An update of an earlier display (``update_display_data``, or a display with the same
+        id) replaces its data in every output that shows it, which nbclient does without
+        passing through :meth:`output`: here the growth is charged to the same caps, and an
+        update that does not fit is dropped (and noted like any capped output)."""
+        if self.request_mode:
+            return
+        targets = [(c, i) for c, idxs in self._display_id_map.get(display_id, {}).items()
+                   for i in idxs if c < len(self.nb.cells) and i < len(self.nb.cells[c].outputs)]
+        new = _data_size(msg.get("content", {}).get("data", {}))
+        growth = sum(new - _data_size(self.nb.cells[c].outputs[i].get("data", {})) for c, i in targets)
+        if growth > max(0, min(self.cell_left, self.notebook_left)):
+            self.dropped += growth
+            return
+        self.cell_left -= growth
+        self.notebook_left -= growth
+        super()._update_display_id(display_id, msg)
+
+    def run_cell(self, cell, index, limit):
+        """Execute one of the student's cells within ``limit`` seconds; cap its output; mark a
+        time limit."""
+        self.cell_left = self.options.cell_output_kb * 1024
+        self.dropped = 0
+        self.last_reply = None
+        before = self.notebook_left
+        self.timeout = max(1, int(limit + 0.999))
+        try:
+            self.execute_cell(cell, index)
+        finally:
+            self.timeout = self.options.cell_timeout
+        kept = before - self.notebook_left
+        if self.cell_left <= 0 or self.notebook_left <= 0 or self.dropped:
+            note = (f"[output capped: only {kept // 1024} KiB of this cell's output were kept "
+                    f"(limits: {self.options.cell_output_kb} KiB per cell, "
+                    f"{self.options.notebook_output_kb} KiB per notebook)]\n")
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=note))
+            self.truncated.append(index)
+        if self._timed_out():
+            cell.outputs = [o for o in cell.outputs if not (
+                o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt")]
+            cell.outputs.append(_error(TIMEOUT_ENAME, _timeout_text(self.options, limit)))
+            return True
+        return False
+
+    def run_request(self, code: str, timeout):
+        """Execute a request cell; returns (reply or None, timed out?, error text)."""
+        cell = nbformat.v4.new_code_cell(code)
+        self.request_mode, self.request_reply = True, None
+        self.last_reply = None
+        saved = self.timeout
+        if timeout is not None:
+            self.timeout = max(1, int(timeout + 0.999))
+        try:
+            self._execute_aside(cell)
+        except DeadKernelError:
+            raise KernelGone("during a call from a test") from None
+        finally:
+            self.request_mode = False
+            self.timeout = saved
+        if self._timed_out():
+            return None, True, ""
+        content = (self.last_reply or {}).get("content", {})
+        error = f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else ""
+        return self.request_reply, False, error
+
+    def _execute_aside(self, cell):
+        """Execute a cell that is not part of the notebook (nbclient stores each executed cell
+        back at its index, so it gets a temporary place at the end), without history."""
+        self.nb.cells.append(cell)
+        try:
+            self.execute_cell(cell, len(self.nb.cells) - 1, store_history=False)
+        finally:
+            self.nb.cells.pop()
+
+    def responsive(self) -> bool:
+        """After a time limit: does the interrupted kernel answer again within RECOVER_S?"""
+        saved = self.timeout
+        self.timeout = RECOVER_S
+        try:
+            self.last_reply = None
+            self.request_mode = True
+            self._execute_aside(nbformat.v4.new_code_cell("None"))
+            return not self._timed_out()
+        except DeadKernelError:
+            return False
+        finally:
+            self.request_mode = False
+            self.timeout = saved
+
+
+def _output_size(msg) -> int:
+    content = msg.get("content", {})
+    if msg["msg_type"] == "stream":
+        return len(str(content.get("text", "")))
+    if msg["msg_type"] == "error":
+        return sum(len(str(x)) for x in content.get("traceback", [])) + len(str(content.get("evalue", "")))
+    return _data_size(content.get("data", {}))
+
+
+def _data_size(data) -> int:
+    """Characters of a display's data bundle, as the caps count them."""
+    return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values())
+
+
+def _timeout_text(options, limit, what="this cell") -> str:
+    if limit < options.cell_timeout:
+        return (f"{what} was stopped when the whole notebook reached its time limit "
+                f"({options.notebook_timeout} s)")
+    return (f"{what} ran longer than its time limit ({options.cell_timeout} s) and was stopped: "
+            "look for an endless loop or a computation far larger than the exercise needs")

@@ -1,0 +1,49 @@
+"""The grader's cross-process contracts (autograder.protocol): each round-trips, defaults in one place,
+and a job of another protocol version is refused where a Dask worker receives it."""
+import pytest
+
+from autograder.options import GradingOptions
+from autograder.protocol import (VERSION, Job, KernelReply, KernelRequest, ProtocolMismatch,
+                                 RemoteJob, Report)
+
+
+def test_a_job_round_trips_through_its_file(tmp_path):
+    job = Job(input="in.ipynb", output="out.ipynb", report="r.json", job_dir=str(tmp_path),
+              options=GradingOptions(cell_timeout=7), sandbox=False, data_files=["a.csv"])
+    job.write(tmp_path / "job.json")
+    back = Job.read(tmp_path / "job.json")
+    assert back == job and back.options.cell_timeout == 7 and back.version == VERSION
+
+
+def test_a_job_of_another_version_is_refused():
+    data = Job(input="i", output="o", report="r", job_dir="j").to_dict()
+    with pytest.raises(ProtocolMismatch):
+        Job.from_dict({**data, "version": VERSION + 1})
+    remote = RemoteJob(notebook="{}", files=[], options=GradingOptions().as_dict()).to_dict()
+    assert RemoteJob.from_dict(remote).version == VERSION
+    for bad in ({**remote, "version": VERSION + 1}, {k: v for k, v in remote.items() if k != "version"}):
+        with pytest.raises(ProtocolMismatch):
+            RemoteJob.from_dict(bad)
+
+
+def test_a_report_has_one_set_of_defaults_and_keeps_worker_fields_only_when_set(tmp_path):
+    assert Report().to_dict() == {"review": [], "timeouts": [], "kernel": "", "capped": [],
+                                  "tampered": []}
+    assert Report.read(tmp_path / "missing.json") == Report()
+    rep = Report.from_dict({"kernel": "gone", "tampered": ["math.sqrt"], "extra": 1})
+    assert rep.reasons() == ["gone (killed, or over a memory or process limit)",
+                             "the notebook's code changed math.sqrt (tests ran outside the "
+                             "notebook, so the score does not depend on it)"]
+    rep.worker, rep.worker_deaths = "tcp://w", 0
+    assert rep.to_dict()["worker_deaths"] == 0 and Report.from_dict(rep.to_dict()) == rep
+
+
+def test_kernel_requests_and_replies():
+    assert KernelRequest.lookup("x").to_json() == '{"op": "lookup", "name": "x"}'
+    assert "watch" not in KernelRequest.call(0, [], {}, False).args
+    reply = KernelReply.from_dict({"error": {"types": ["ValueError", "Exception"], "message": "m"}})
+    exc = reply.raised()
+    assert type(exc) is ValueError and str(exc) == "m"
+    assert type(KernelReply.from_dict({"error": {"types": ["Evil"]}}).raised()) is RuntimeError
+    assert KernelReply.from_dict({"value": None}).raised() is None
+    assert KernelReply.from_dict({"module": "np"}).is_module
