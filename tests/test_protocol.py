@@ -28,7 +28,7 @@ def test_a_job_of_another_version_is_refused():
 
 def test_a_report_has_one_set_of_defaults_and_keeps_worker_fields_only_when_set(tmp_path):
     assert Report().to_dict() == {"review": [], "timeouts": [], "kernel": "", "capped": [],
-                                  "tampered": []}
+                                  "tampered": [], "retry": False, "notes": []}
     assert Report.read(tmp_path / "missing.json") == Report()
     rep = Report.from_dict({"kernel": "gone", "tampered": ["math.sqrt"], "extra": 1})
     assert rep.reasons() == ["gone (killed, or over a memory or process limit)",
