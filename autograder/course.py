@@ -1,7 +1,7 @@
 """The course in one place: its lessons (id, title, minutes), its GitHub repository and its root.
 
 Everything that needs to know the course reads it from here: the grader (``autograder``), the
-seed runner (``python -m autograder seeds``, also reached as ``python -m mlexp.seeds``) and
+seed runner (``python -m autograder seeds``) and
 ``scripts/lesson_cells.py`` (the badge, **Time.** paragraph and setup cell of every lesson, and
 the README's lesson table). The module imports only the standard library, so any of them (and a
 student's Colab) can read it without torch, nbformat or nbgrader.

@@ -1,6 +1,6 @@
 """`seeds`: re-run lesson notebooks with SEED shifted, collect their RESULT lines, tabulate mean +- sd.
 
-From the course checkout (``python -m mlexp.seeds`` takes the same arguments)::
+From the course checkout (``python -m mlexp.seeds`` only points here)::
 
     python -m autograder seeds 00_token_mixing --seeds 0 1 2 --out solutions/00_token_mixing/seeds.md
     python -m autograder seeds --all --seeds 0 1 2 --jobs 2
@@ -103,7 +103,7 @@ def run_lessons(root, lessons, seeds, jobs=1, grading=False, timeout=1800, progr
 
 
 def add_arguments(p: argparse.ArgumentParser, course: bool = True) -> None:
-    """The seed runner's arguments (``python -m autograder seeds`` and ``python -m mlexp.seeds``);
+    """The seed runner's arguments (``python -m autograder seeds`` and ``python -m autograder seeds``);
     ``course=False`` leaves out ``--course`` (``python -m autograder --course PATH seeds`` has it)."""
     p.add_argument("lessons", nargs="*", help="lesson ids or unique prefixes, e.g. 00_token_mixing or 00")
     p.add_argument("--all", action="store_true", help="every lesson whose solution prints RESULT lines")

@@ -5,7 +5,8 @@ This module is the library side that lessons import (``parse_markdown`` reads a 
 side, in ``autograder.seeds``; from the course checkout::
 
     python -m autograder seeds 00_token_mixing --seeds 0 1 2 --out solutions/00_token_mixing/seeds.md
-    python -m mlexp.seeds 00_token_mixing --seeds 0 1 2      # the same command, kept working
+
+``python -m mlexp.seeds`` only says so: the library never imports the grader.
 
 How the seed travels: each lesson sets its seed in one line of a code cell, ``SEED = 0``, and
 seeds every experiment from that name. For seed s the tool rewrites that line to ``SEED = s`` in
@@ -145,7 +146,7 @@ def format_markdown(tables: dict, seeds) -> str:
     """
     seeds = list(seeds)
     out = [f"Seed runs: mean and sample standard deviation (n - 1) over seeds {', '.join(map(str, seeds))}, "
-           "from `python -m mlexp.seeds`.", ""]
+           "from `python -m autograder seeds`.", ""]
     for lesson, rows in tables.items():
         out += [f"## {lesson}", "",
                 f"| result | number | seed {seeds[0]} | mean | sd | n | values |",
@@ -215,21 +216,18 @@ def set_seed(nb, seed: int) -> bool:
 
 
 def main(argv=None) -> int:
-    """``python -m mlexp.seeds ...``: the seed runner of ``autograder.seeds`` (same arguments).
+    """``python -m mlexp.seeds ...``: a pointer to the seed runner, ``python -m autograder seeds``.
 
-    The runner re-executes the instructor's solution notebooks, so it lives with the grader in
-    the course's instructor repository; the student library only reads the tables it writes.
+    The runner re-executes the instructor's solution notebooks, so it lives with the grader (the
+    package mlexp-autograder) in the course's instructor repository; the student library only
+    reads the tables it writes, and never imports the grader. Returns 2 after saying so.
     """
-    try:
-        from autograder.seeds import main as run
-    except ImportError:
-        print("python -m mlexp.seeds re-runs the instructor's solution notebooks: run it in the "
-              "course's instructor repository (the grader, package mlexp-autograder). This copy of "
-              "the course only reads the seed tables it wrote (mlexp.seeds.find_table).",
-              file=sys.stderr)
-        return 2
-
-    return run(argv, prog="python -m mlexp.seeds")
+    args = " ".join(sys.argv[1:] if argv is None else argv)
+    print("The seed runner is part of the grader: from the course's instructor repository run\n"
+          f"    python -m autograder seeds {args}".rstrip() + "\n"
+          "(same arguments). This library only reads the seed tables it writes "
+          "(mlexp.seeds.find_table).", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Tests for mlexp.seeds: RESULT-line parsing, mean +- sd, the markdown round trip, seed injection."""
 import math
 import statistics
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -87,7 +88,8 @@ def test_run_notebook_shifts_the_seed_and_collects_results(tmp_path):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, lesson / "99_fake.ipynb")
     out = tmp_path / "table.md"
-    code = seeds.main(["99", "--seeds", "0", "2", "--course", str(tmp_path), "--out", str(out), "--no-progress"])
+    from autograder import seeds as runner
+    code = runner.main(["99", "--seeds", "0", "2", "--course", str(tmp_path), "--out", str(out), "--no-progress"])
     assert code == 0
     row = {(r["result"], r["number"]): r for r in parse_markdown(out.read_text())["99_fake"]}
     assert row[("fake", "value")]["values"] == [1, 7]
@@ -102,12 +104,18 @@ def test_parse_keys_with_a_slash():
     assert r.units["recurrent/chunk"] == "x"
 
 
-def test_the_runner_moved_to_the_command_line_side_and_the_old_command_still_works(capsys):
-    """`python -m mlexp.seeds` (used to write the committed seeds.md tables) runs autograder.seeds."""
+def test_the_old_command_points_at_the_runner_and_the_library_never_imports_the_grader(capsys):
+    """`python -m mlexp.seeds` says where the runner is (autograder.seeds) and runs nothing; no
+    module of mlexp imports autograder (the student edition has no grader)."""
+    import ast
     from autograder import seeds as runner
-    with pytest.raises(SystemExit) as exit_:
-        seeds.main(["--help"])
-    assert exit_.value.code == 0
-    out = capsys.readouterr().out
-    assert out.startswith("usage: python -m mlexp.seeds") and "--seeds" in out and "--course" in out
+    assert seeds.main(["06_recall_per_byte", "--seeds", "0", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "python -m autograder seeds 06_recall_per_byte --seeds 0 1" in err
     assert not hasattr(seeds, "run_notebook") and callable(runner.run_notebook)
+    for path in sorted(Path(seeds.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n == "autograder" or n.startswith("autograder.") for n in names), \
+                f"{path} imports {names}"
