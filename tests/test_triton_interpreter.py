@@ -34,6 +34,7 @@ def _over(errs, tol):
     return {name: e for name, e in errs.items() if not e <= tol}
 
 
+@pytest.mark.slow   # 16 s; make test-fast keeps test_ops_linear's interpreter check
 def test_strided_inputs_give_the_loops_values_and_gradients():
     """Transposed q, k, v, g, beta (from (B, T, H, D) layouts) and an expanded g (stride 0, one
     decay per head): forward and every gradient match the loop (the saved-tensor bug gave 29-54%
@@ -44,6 +45,7 @@ def test_strided_inputs_give_the_loops_values_and_gradients():
     assert not _over(errs, TOL["fp32"]), _over(errs, TOL["fp32"])
 
 
+@pytest.mark.slow   # 15 s for both
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_half_precision_inputs(dtype):
     """bf16 / fp16 operands multiplied as such: outputs in the input dtype, state in fp32, errors
@@ -54,6 +56,7 @@ def test_half_precision_inputs(dtype):
     assert max(out.values()) > TOL["fp32"], "16-bit rounding must show: is the emulation active?"
 
 
+@pytest.mark.slow   # 9 s
 def test_fp32_tolerance_holds_for_tf32x3_and_not_for_plain_tf32():
     """The fp32 path's precision (tf32x3) meets the fp32 bound under TF32 emulation; plain TF32
     would not, so the bound really tests the precision choice."""
@@ -62,7 +65,8 @@ def test_fp32_tolerance_holds_for_tf32x3_and_not_for_plain_tf32():
     assert min(out["tf32"].values()) > 10 * TOL["fp32"], out["tf32"]
 
 
-@pytest.mark.parametrize("full", [pytest.param("", id="some"), pytest.param("full", id="all", marks=pytest.mark.slow)])
+@pytest.mark.slow   # 22 s at "some"; make test-fast keeps test_ops_edges::test_triton_resets_in_interpreter
+@pytest.mark.parametrize("full", [pytest.param("", id="some"), pytest.param("full", id="all")])
 def test_hard_resets(full):
     """Log-decay -inf, -1e30 (and, all: -1e4) at token 0, at a chunk's last and the next chunk's first
     token, inside a chunk and at the last token, for all channels or some: the loop's outputs, states
@@ -73,7 +77,8 @@ def test_hard_resets(full):
     assert not _over(out, TOL["fp32"]), _over(out, TOL["fp32"])
 
 
-@pytest.mark.parametrize("full", [pytest.param("", id="some"), pytest.param("full", id="all", marks=pytest.mark.slow)])
+@pytest.mark.slow   # 14 s at "some"
+@pytest.mark.parametrize("full", [pytest.param("", id="some"), pytest.param("full", id="all")])
 def test_non_finite_inputs_poison_only_later_tokens(full):
     """NaN or inf in q, k, v, g or beta at a token: the Triton outputs are non-finite exactly where
     the loop's are (that token on, never earlier tokens) and equal the loop's elsewhere."""
@@ -92,6 +97,7 @@ def test_many_tiles_and_chunk_sizes():
     assert not _over(errs, TOL["fp32"]), _over(errs, TOL["fp32"])
 
 
+@pytest.mark.slow   # 35 s for both
 @pytest.mark.parametrize("op", ["delta", "gated_delta"])
 def test_delta_state_pass_split_into_v_tiles_of_16(op):
     """The delta-rule state pass with V split into four tiles of 16 (what STATE_PROGRAMS_PER_SM
