@@ -40,8 +40,7 @@ import re
 
 import torch
 
-from exercise_runner import (PRELUDE, SETUP_CELL, _exec, _names, blank_answers, grade_meta, grader_namespace,
-                             is_answer, is_test, solution_answers, solution_notebook)
+from exercise_runner import _exec, _names, blank_answers, graded_cells, grader_namespace, solution_answers
 
 MAX_ITEMS = 8          # a tensor or sequence with more numbers than this is not written out in text
 
@@ -127,27 +126,17 @@ def _test_cells(lesson: str):
     """Run the lesson's setup and (reference) answer cells in a student namespace; at each graded
     test cell yield ``(cell, grade_id, student, answer_names, given)``: the names the answer cells
     bound so far and the numbers their released stubs hand the student (the exercises' inputs)."""
-    nb = solution_notebook(lesson)
     sources, blank = solution_answers(lesson), blank_answers(lesson)
-    prelude = {SETUP_CELL, nb.cells[2].get("id"), *PRELUDE.get(lesson, ())}
     student = {"__name__": "__main__", "__builtins__": builtins}
     answer_names, given = set(), set()
-    threads = torch.get_num_threads()
-    try:
-        for cell in nb.cells:
-            if cell.cell_type != "code":
-                continue
-            if cell.get("id") in prelude:
-                _exec(cell.source, student, f"{lesson}:{cell.get('id')}")
-            elif is_answer(cell):
-                before, gid = dict(student), grade_meta(cell)["grade_id"]
-                _exec(sources[gid], student, lesson)
-                answer_names |= {n for n, v in student.items() if n not in before or before[n] is not v}
-                given |= {v for n in _given_names(blank.get(gid, "")) if (v := _numbers(student.get(n))) is not None}
-            elif is_test(cell):
-                yield cell, grade_meta(cell)["grade_id"], student, answer_names, frozenset(given)
-    finally:
-        torch.set_num_threads(threads)
+    for kind, cell, gid in graded_cells(lesson, student):
+        if kind == "answer":
+            before = dict(student)
+            _exec(sources[gid], student, lesson)
+            answer_names |= {n for n, v in student.items() if n not in before or before[n] is not v}
+            given |= {v for n in _given_names(blank.get(gid, "")) if (v := _numbers(student.get(n))) is not None}
+        else:
+            yield cell, gid, student, answer_names, frozenset(given)
 
 
 def _record(ns, names, found, test, given):

@@ -241,6 +241,27 @@ def run_test_cell(source: str, ns: dict, name: str) -> Outcome:
     return Outcome("pass")
 
 
+def graded_cells(lesson: str, student: dict):
+    """Walk the solution notebook of ``lesson``: run its setup and worked-example cells in
+    ``student`` and yield ``(kind, cell, grade_id)`` for each graded cell, kind "answer" or "test"
+    (the caller runs those). Torch's thread count is restored when the walk ends."""
+    nb = solution_notebook(lesson)
+    prelude = {SETUP_CELL, nb.cells[2].get("id"), *PRELUDE.get(lesson, ())}
+    threads = torch.get_num_threads()
+    try:
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            if cell.get("id") in prelude:
+                _exec(cell.source, student, f"{lesson}:{cell.get('id')}")
+            elif is_answer(cell):
+                yield "answer", cell, grade_meta(cell)["grade_id"]
+            elif is_test(cell):
+                yield "test", cell, grade_meta(cell)["grade_id"]
+    finally:
+        torch.set_num_threads(threads)
+
+
 def run_lesson(lesson: str, answers: dict | None = None, *, mode: str = "grader", only=None) -> LessonRun:
     """Run ``lesson``'s setup cells, answer cells and test cells in order.
 
@@ -252,36 +273,22 @@ def run_lesson(lesson: str, answers: dict | None = None, *, mode: str = "grader"
     """
     if mode not in ("grader", "self"):
         raise ValueError(f"mode must be 'grader' or 'self', got {mode!r}")
-    nb = solution_notebook(lesson)
     sources = {**solution_answers(lesson), **(answers or {})}
-    prelude = {SETUP_CELL, nb.cells[2].get("id"), *PRELUDE.get(lesson, ())}
     run = LessonRun()
     student = {"__name__": STUDENT_MODULE, "__builtins__": builtins}
-    threads = torch.get_num_threads()
-    try:
-        for cell in nb.cells:
-            if cell.cell_type != "code":
-                continue
-            if cell.get("id") in prelude:
-                _exec(cell.source, student, f"{lesson}:{cell.get('id')}")
-            elif is_answer(cell):
-                gid = grade_meta(cell)["grade_id"]
-                try:
-                    _exec(sources[gid], student, f"{lesson}:{gid}")
-                except Exception as exc:           # the notebook goes on after a failing cell
-                    run.answer_errors[gid] = f"{type(exc).__name__}: {exc}"
-            elif is_test(cell):
-                gid = grade_meta(cell)["grade_id"]
-                if only is not None and gid not in only:
-                    continue
-                for part, source in (("visible", visible_part(cell.source)), ("full", cell.source)):
-                    if mode == "grader":
-                        ns = grader_namespace(student, run.violations)
-                    else:
-                        ns = dict(student)
-                    run.outcomes[gid, part] = run_test_cell(source, ns, f"{lesson}:{gid}:{part}")
-    finally:
-        torch.set_num_threads(threads)
+    for kind, cell, gid in graded_cells(lesson, student):
+        if kind == "answer":
+            try:
+                _exec(sources[gid], student, f"{lesson}:{gid}")
+            except Exception as exc:           # the notebook goes on after a failing cell
+                run.answer_errors[gid] = f"{type(exc).__name__}: {exc}"
+        elif only is None or gid in only:
+            for part, source in (("visible", visible_part(cell.source)), ("full", cell.source)):
+                if mode == "grader":
+                    ns = grader_namespace(student, run.violations)
+                else:
+                    ns = dict(student)
+                run.outcomes[gid, part] = run_test_cell(source, ns, f"{lesson}:{gid}:{part}")
     return run
 
 
