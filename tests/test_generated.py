@@ -59,6 +59,7 @@ def edit_test_cell(root: Path, lesson: str, test: str, old: str, new: str) -> No
     nbformat.write(nb, path)
 
 
+@pytest.mark.slow   # one of the slowest fast tests: left out of make test-fast (under 3 min); make test runs it
 def test_every_demo_student_of_a_lesson_draws_its_hint(tmp_path):
     root = scratch_course(tmp_path)
     problems, checked = check_hints(root, root / "autograder" / "demo")

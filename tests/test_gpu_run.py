@@ -183,6 +183,7 @@ def test_measured_compile_times_cover_every_kernel_of_the_plan(run):
     assert not missing, f"run benchmarks/gpu_run.py --measure-compile; missing {sorted(missing)}"
 
 
+@pytest.mark.slow   # one of the slowest fast tests: left out of make test-fast (under 3 min); make test runs it
 def test_compile_pool_reports_a_warm_up_that_fails(run):
     """Off a GPU kernel.warmup cannot run: the pool reports that unit, then its first-call redo, and
     returns; a unit with nothing to compile succeeds."""

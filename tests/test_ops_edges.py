@@ -397,6 +397,7 @@ def test_value_checks_read_no_gpu_value(monkeypatch):
     assert _common.check_values(g)
 
 
+@pytest.mark.slow   # one of the slowest fast tests: left out of make test-fast (under 3 min); make test runs it
 def test_triton_resets_in_interpreter():
     """The issue's hard-reset example on the Triton path, under TRITON_INTERPRET=1 in a subprocess."""
     env = dict(os.environ, TRITON_INTERPRET="1")

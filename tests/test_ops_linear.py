@@ -320,6 +320,7 @@ _TRITON_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+@pytest.mark.slow   # one of the slowest fast tests: left out of make test-fast (under 3 min); make test runs it
 def test_triton_linear_and_gated_in_interpreter():
     """Triton forward and backward under TRITON_INTERPRET=1 (set in a subprocess before triton is imported)."""
     env = dict(os.environ, TRITON_INTERPRET="1")

@@ -69,6 +69,7 @@ print(json.dumps({op: ops_cuda.check(op, (1, 2, 40, 16), torch.float32, torch.de
 """
 
 
+@pytest.mark.slow   # one of the slowest fast tests: left out of make test-fast (under 3 min); make test runs it
 def test_correctness_check_runs_in_the_interpreter():
     """The benchmark's correctness step (Triton vs the float32 chunk path, o, S and every gradient)
     on CPU tensors under TRITON_INTERPRET=1: it runs, and the errors are within its fp32 bound."""
