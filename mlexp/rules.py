@@ -7,16 +7,18 @@ while it runs, where it runs, never by reading its source:
 
 - :func:`watching` records every Python function entered from a watched module (a ``sys``
   profile hook, so an alias such as ``from mlexp.ops import linear_attention as f`` is caught
-  too) and counts the torch operations run (a :class:`torch.overrides.TorchFunctionMode`);
+  too), counts the torch operations run and notes the largest tensor one of them returned (a
+  :class:`torch.overrides.TorchFunctionMode`);
 - :func:`call` runs a function under :func:`watching` and returns ``(result, Trace)``. For a
   grader's proxy of a student function (it has ``_watched_call``, see autograder.harness) the
   watching happens in the student's kernel, where the function runs, and the trace comes back as
   data; in the student's own notebook (the self-check) it happens here;
-- :func:`write_it_yourself` and :func:`no_loop` turn a broken rule into the test's
-  ``AssertionError("Hint: this exercise asks you to write it yourself ...")``.
+- :func:`write_it_yourself`, :func:`no_loop` and :func:`bounded` turn a broken rule into the
+  test's ``AssertionError("Hint: this exercise asks you to write it yourself ...")``.
 
-The trace only says which watched functions ran and how many torch operations; it never reports
-values, so it can be shown to a student as it is.
+The trace only says which watched functions ran, how many torch operations and how many elements
+the largest tensor they returned holds; it never reports values, so it can be shown to a student
+as it is.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import contextlib
 import sys
 from dataclasses import dataclass, field
 
-__all__ = ["Trace", "watching", "call", "write_it_yourself", "no_loop", "digest", "RULE_HINT"]
+__all__ = ["Trace", "watching", "call", "write_it_yourself", "no_loop", "bounded", "digest", "RULE_HINT"]
 
 RULE_HINT = "this exercise asks you to write it yourself"
 MAX_USED = 8
@@ -33,12 +35,15 @@ MAX_USED = 8
 @dataclass
 class Trace:
     """What one watched call did: the watched entry points it entered (``"module.function"``,
-    with ``impl=...`` when the function has that argument) and the number of torch operations."""
+    with ``impl=...`` when the function has that argument), the number of torch operations, and
+    ``largest``, the most elements (``numel``) of one tensor that a torch operation returned (a
+    view counts as its own shape; the call's arguments count only if an operation returns them)."""
     used: list = field(default_factory=list)
     ops: int = 0
+    largest: int = 0
 
     def as_dict(self) -> dict:
-        return {"used": list(self.used)[:MAX_USED], "ops": int(self.ops)}
+        return {"used": list(self.used)[:MAX_USED], "ops": int(self.ops), "largest": int(self.largest)}
 
     @classmethod
     def from_dict(cls, data) -> "Trace":
@@ -46,11 +51,23 @@ class Trace:
             raise ValueError("no trace")
         used = data.get("used") if isinstance(data.get("used"), list) else []
         ops = data.get("ops") if type(data.get("ops")) is int else 0
-        return cls([str(u)[:120] for u in used[:MAX_USED]], ops)
+        largest = data.get("largest") if type(data.get("largest")) is int else 0
+        return cls([str(u)[:120] for u in used[:MAX_USED]], ops, largest)
 
 
 def _watched(module: str, forbid) -> bool:
     return any(module == m or module.startswith(m + ".") for m in forbid)
+
+
+def _elements(value, depth: int = 2) -> int:
+    """The most elements of one tensor in ``value``: a tensor, or a tuple or list of them (as
+    ``torch.split`` and ``torch.linalg.eigh`` return), two levels deep; 0 for anything else."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if depth and isinstance(value, (tuple, list)):
+        return max((_elements(v, depth - 1) for v in value[:64]), default=0)
+    return 0
 
 
 def _entry_name(frame, forbid) -> str:
@@ -78,7 +95,9 @@ def watching(forbid=()):
     class Count(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             trace.ops += 1
-            return func(*args, **(kwargs or {}))
+            result = func(*args, **(kwargs or {}))
+            trace.largest = max(trace.largest, _elements(result))
+            return result
 
     def profile(frame, event, _arg):
         if event != "call" or len(trace.used) >= MAX_USED:
@@ -162,6 +181,24 @@ def no_loop(fn, make_args, *, over: str = "t", lengths=(8, 32), forbid=(), inste
                              f"more torch operations the longer the sequence (a loop over {over}). "
                              + (instead or "Use whole-tensor operations over the sequence") + ".")
     return results
+
+
+def bounded(fn, *args, limit: int, bound: str, forbid=(), instead: str = "", **kwargs):
+    """``fn(*args, **kwargs)``; fails with the rule's hint when a torch operation inside it
+    returned a tensor of more than ``limit`` elements: the sign that the work is not bounded the
+    way the exercise asks (a whole T x T score matrix where chunks of C tokens were asked for).
+
+    Only the sizes are measured, never the values, so an exact answer that computes too much is
+    told apart from one that computes what was asked. ``bound``: the limit in the exercise's
+    terms, for the hint ("8 x B x H x T x max(C, D) numbers"); ``forbid`` is checked as by
+    :func:`write_it_yourself`. Returns the result."""
+    result, trace = call(fn, *args, forbid=forbid, **kwargs)
+    _refuse(fn, trace, forbid, "")
+    if trace.largest > limit:
+        raise AssertionError(f"Hint: {RULE_HINT} with no tensor larger than {bound}: {_name(fn)} made "
+                             f"one of {trace.largest:,} numbers, more than the {limit:,} that allows. "
+                             + (instead or "Keep every tensor within that bound") + ".")
+    return result
 
 
 def digest(value, salt: str, rounds: int = 100_000) -> str:

@@ -488,6 +488,37 @@ CHUNK_TOKEN_LOOP = CHUNK_DEF + """    S = q.new_zeros(q.shape[0], q.shape[1], q.
     return torch.stack(out, dim=2)
 """
 
+CHUNK_BROADCAST = CHUNK_DEF + """    B, H, T, D_k = q.shape
+    C = chunk_size
+    N = -(-T // C)                                   # chunks, the last one padded with zeros
+    Q, K, V = (F.pad(x, (0, 0, 0, N * C - T)).reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v))
+    scores = (Q[:, :, :, :, None, :] * K[:, :, :, None, :, :]).sum(-1)           # (B, H, N, C, C), via (.., C, C, D_k)
+    scores = scores * torch.ones(C, C, dtype=torch.bool).tril()
+    intra = (scores[..., None] * V[:, :, :, None, :, :]).sum(-2)                 # (B, H, N, C, D_v)
+    written = (K[..., :, :, None] * V[..., :, None, :]).sum(-3)                  # (B, H, N, D_k, D_v)
+    before = written.cumsum(2) - written
+    inter = (Q[..., :, :, None] * before[:, :, :, None, :, :]).sum(-2)           # (B, H, N, C, D_v)
+    return (inter + intra).reshape(B, H, N * C, -1)[:, :, :T]
+"""
+# chunk_size ignored (or only half used): exact, but a T x T score matrix or mask is built (issue: the chunk cap).
+CHUNK_WHOLE_SQUARE = CHUNK_DEF + "    return (q @ k.transpose(-1, -2)).tril() @ v\n"
+CHUNK_WHOLE_SQUARE_EINSUM = CHUNK_DEF + """    T = q.shape[2]
+    mask = torch.ones(T, T, dtype=q.dtype).tril()
+    return torch.einsum('bhtd,bhsd,ts,bhse->bhte', q, k, mask, v)
+"""
+CHUNK_FULL_MASK = CHUNK_DEF + """    B, H, T, D_k = q.shape
+    mask = torch.ones(T, T, dtype=torch.bool).tril()            # (T, T), sliced per chunk
+    S = q.new_zeros(B, H, D_k, v.shape[-1])
+    out = []
+    for start in range(0, T, chunk_size):
+        end = min(start + chunk_size, T)
+        Qc, Kc, Vc = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end]
+        out.append(Qc @ S + ((Qc @ Kc.transpose(-1, -2)) * mask[start:end, start:end]) @ Vc)
+        S = S + Kc.transpose(-1, -2) @ Vc
+    return torch.cat(out, dim=2)
+"""
+CHUNK_BOUND = "as large as the whole sequence"
+
 
 def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False):
     answer = source if source is not None else sol(L03, "chunkwise_form", *edits)
@@ -500,6 +531,7 @@ CASES += [
     l03_chunk("in place into a preallocated output", source=CHUNK_IN_PLACE.format(range="range(0, T, chunk_size)")),
     l03_chunk("states first, chunks in reverse", source=CHUNK_STATES_FIRST),
     l03_chunk("no Python loop (padded, cumsum of chunk states)", source=CHUNK_VECTORISED),
+    l03_chunk("broadcast products, no matmul, all chunks at once", source=CHUNK_BROADCAST),
     l03_chunk("float64 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
               ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(dtype)")),
     l03_chunk("tail dropped", (CHUNK_LOOP, "for start in range(0, T - T % chunk_size, chunk_size):"), hint="a chunk boundary is off by one"),
@@ -525,6 +557,11 @@ CASES += [
               hint="chunkwise_linear_attention is not defined"),
     l03_chunk("raises on a short last chunk", (CHUNK_READ, "out.append(Qc @ S + scores @ Vc[:, :, :chunk_size - 1])"), hint="chunkwise_linear_attention raised"),
     l03_chunk("unforeseen", ("return torch.cat(out, dim=2)", "return 0.5 * torch.cat(out, dim=2)"), hint="differs from the token loop by up to"),
+    l03_chunk("whole T x T product, chunk_size ignored", source=CHUNK_WHOLE_SQUARE, hint=CHUNK_BOUND),
+    l03_chunk("whole T x T product by einsum with a T x T mask", source=CHUNK_WHOLE_SQUARE_EINSUM, hint=CHUNK_BOUND),
+    l03_chunk("chunks, but the T x T scores computed first", ("out = []", "full = q @ k.transpose(-1, -2)              # (B, H, T, T)\n    out = []"),
+              (CHUNK_MASK, "scores = full[:, :, start:start + chunk_size, start:start + chunk_size].tril()"), hint=CHUNK_BOUND),
+    l03_chunk("chunks, but a T x T mask sliced per chunk", source=CHUNK_FULL_MASK, hint=CHUNK_BOUND),
 ]
 
 

@@ -81,3 +81,46 @@ def test_a_library_dataclass_built_on_the_way_is_not_named_only_the_function():
         return memory_bytes(Design("d", ("attention",), None), context, 64, 4, "bf16", conv_kernel=1)["total_bytes"]
     _, trace = rules.call(mine, 8, forbid=("mlexp.capstone",))
     assert trace.used == ["mlexp.capstone.memory_bytes"]
+
+
+def whole_square(q, k, v, chunk_size):
+    """Exact, but chunk_size is never used: a (B, H, T, T) score matrix."""
+    return (q @ k.transpose(-1, -2)).tril() @ v
+
+
+def in_chunks(q, k, v, chunk_size):
+    S = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    out = []
+    for start in range(0, q.shape[2], chunk_size):
+        Qc, Kc, Vc = (x[:, :, start:start + chunk_size] for x in (q, k, v))
+        out.append(Qc @ S + (Qc @ Kc.transpose(-1, -2)).tril() @ Vc)
+        S = S + Kc.transpose(-1, -2) @ Vc
+    return torch.cat(out, 2)
+
+
+def test_the_largest_tensor_an_operation_returns_is_noted_factories_and_tuples_too():
+    _, trace = rules.call(lambda n: torch.ones(n, n).tril(), 30)
+    assert trace.largest == 900
+    _, trace = rules.call(lambda x: torch.split(x, 1, dim=2), torch.zeros(1, 2, 6, 4))
+    assert trace.largest == 8
+    assert rules.Trace.from_dict(trace.as_dict()).largest == 8
+    assert rules.Trace.from_dict({"used": [], "ops": 3}).largest == 0     # an older trace: nothing noted
+
+
+def test_bounded_tells_a_chunked_form_from_the_whole_square():
+    q, k, v = inputs(256)
+    limit = 8 * 2 * 256 * 8                           # 8 x H x T x max(C, D), B = 1, C = 8
+    out = rules.bounded(in_chunks, q, k, v, 8, limit=limit, bound="8 x H x T x max(C, D) numbers")
+    assert torch.allclose(out, whole_square(q, k, v, 8), atol=1e-4)
+    with pytest.raises(AssertionError, match=r"^Hint: this exercise asks you to write it yourself with no "
+                                             r"tensor larger than 8 x H x T x max\(C, D\) numbers: whole_square "
+                                             r"made one of 131,072 numbers, more than the 32,768 that allows. Chunk it\.$"):
+        rules.bounded(whole_square, q, k, v, 8, limit=limit, bound="8 x H x T x max(C, D) numbers", instead="Chunk it")
+
+
+def test_the_kernel_side_sends_the_largest_tensor_with_the_trace():
+    server = KernelServer(namespace=dict)
+    server.refs.append(whole_square)
+    req = {"op": "call", "ref": 0, "args": wire.encode((*inputs(16), 4)),
+           "kwargs": wire.encode({}), "grad": False, "watch": ["mlexp.ops"]}
+    assert rules.Trace.from_dict(server.call(req)["watch"]).largest == 2 * 16 * 16
