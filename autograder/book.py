@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .cells import grade_id_of, is_graded, is_solution, nbgrader_meta
 from .course import BRANCH, COURSE_REPO, LESSONS, validate_repo
 
 __all__ = ["BookError", "BOOK_MARKER", "SIZES", "book", "page_notebook", "html_text_scan", "setup"]
@@ -197,15 +198,15 @@ def page_notebook(executed, student, lesson: str, repo: str, with_solutions: boo
                         f"released lesson {len(student.cells)}; rebuild the lessons (`make lessons`).")
     answers = set()
     for cell in executed.cells:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("solution") and cell.cell_type == "code":
+        if is_solution(cell) and cell.cell_type == "code":
             answers |= _defined(cell.source)
     cells, counts = [], {"exercises": 0, "hidden_outputs": 0}
     colab = f"https://colab.research.google.com/github/{repo}/blob/{BRANCH}/lessons/{lesson}/{lesson}.ipynb"
     links = (f'<p class="book-links"><a href="{lesson}/{lesson}.ipynb" download>Download notebook</a> '
              f'<a href="{colab}">Open in Colab</a></p>')
     for i, (ran, cell) in enumerate(zip(executed.cells, student.cells)):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if ran.get("metadata", {}).get("nbgrader", {}).get("grade_id") != meta.get("grade_id"):
+        meta = nbgrader_meta(cell)
+        if grade_id_of(ran) != meta.get("grade_id"):
             raise BookError(f"lesson {lesson}: cell {i} of the solution and of the released lesson "
                             "differ; rebuild the lessons (`make lessons`).")
         new = nbformat.from_dict(json.loads(json.dumps(cell)))
@@ -220,8 +221,8 @@ def page_notebook(executed, student, lesson: str, repo: str, with_solutions: boo
         new.execution_count = ran.get("execution_count")
         if meta.get("solution"):
             counts["exercises"] += 1
-            points = next((c.metadata.nbgrader.get("points") for c in executed.cells[i + 1:i + 2]
-                           if c.get("metadata", {}).get("nbgrader", {}).get("grade")), None)
+            points = next((nbgrader_meta(c).get("points") for c in executed.cells[i + 1:i + 2]
+                           if is_graded(c)), None)
             cells.append(nbformat.v4.new_markdown_cell(
                 f"```{{admonition}} Exercise: {meta.get('grade_id')}"
                 + (f" ({points} points)" if points else "") +

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from nbgrader.apps import NbGraderAPI
 
+from .cells import grade_id_of, is_test_cell
 from .config import list_assignments, work_config
 from .mistakes import MISTAKES_FILE
 
@@ -88,11 +89,10 @@ def check_test_cells(root: Path) -> list:
     for a in list_assignments(root):
         for path in sorted((root / "solutions" / a).glob("*.ipynb")):
             for cell in nbformat.read(path, as_version=4).cells:
-                meta = cell.metadata.get("nbgrader", {})
-                if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+                if not is_test_cell(cell):
                     continue
                 found += [f"{path.relative_to(root).as_posix()}: test cell "
-                          f"'{meta.get('grade_id')}': {why}"
+                          f"'{grade_id_of(cell)}': {why}"
                           for why in last_expression_problems(cell.source)]
     return found
 

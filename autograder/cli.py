@@ -80,8 +80,6 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--db", metavar="URL",
                    help="gradebook URL, e.g. postgresql://user@host/course "
                         "(default: SQLite in DIR/work/gradebook.db)")
-    g.add_argument("--max-size", type=float, default=20, metavar="MIB",
-                   help="larger notebooks are rejected (default 20 MiB)")
     g.add_argument("--sample", type=int, metavar="N",
                    help="demo class only: grade N students per lesson (a typical mistake first, "
                         "then the all-correct one), copied to DIR/demo-sample; `make grade` uses 1")
@@ -291,7 +289,7 @@ def _grade(args) -> int:
     try:
         results = grade_class(root, submissions, Path(args.out), options=options,
                               progress=not args.no_progress, jobs=args.jobs, force=args.force,
-                              db_url=args.db, max_bytes=int(args.max_size * 2**20),
+                              db_url=args.db, max_bytes=int(options.max_size_mb * 2**20),
                               scheduler=args.scheduler, term=term)
     except stops as exc:
         kept = (f"every grade committed so far is kept in {args.out}/results and "

@@ -32,6 +32,7 @@ from pathlib import Path
 from nbgrader.coursedir import CourseDirectory
 
 from . import lms
+from .options import GradingOptions
 from .repair import normalise_name
 
 __all__ = ["Submission", "collect", "choose_notebook", "IGNORED_NAMES", "DATA_FILE_BYTES",
@@ -45,7 +46,7 @@ DATA_DIR_BYTES = CourseDirectory.class_traits()["max_dir_size"].default_value * 
 # of the size limit: a class of notebooks compresses 2-10 times, a zip bomb a thousand times.
 ZIP_RATIO = 50
 ZIP_FLOOR = 4
-DEFAULT_MAX_BYTES = 20 * 2**20
+DEFAULT_MAX_BYTES = int(GradingOptions().max_size_mb * 2**20)   # --max-size
 LINK = "is a symbolic link; links are never followed (submit the file itself)"
 NAME_MAX = 255       # bytes in one file name on common file systems
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 
+from .cells import grade_id_of, is_solution
 from .mistakes import NO_MATCH, load_mistakes, match_mistake
 
 __all__ = ["DEMO_DIR", "load_catalog", "student_notebook", "generate_demo", "check_demo", "write_demo",
@@ -33,10 +34,9 @@ def _solution_answers(solution_nb) -> dict:
     """The solution cells' code as a student would type it (the BEGIN/END markers dropped)."""
     answers = {}
     for cell in solution_nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
+        if is_solution(cell):
             lines = [ln for ln in cell.source.splitlines() if ln.strip() not in MARKERS]
-            answers[meta["grade_id"]] = "\n".join(lines)
+            answers[grade_id_of(cell)] = "\n".join(lines)
     return answers
 
 
@@ -47,12 +47,12 @@ def student_notebook(lesson_nb, answers: dict, where: str = "catalogue"):
     solution cell of the lesson (a typo in the catalogue would otherwise grade silently).
     """
     nb = nbformat.from_dict(json.loads(json.dumps(lesson_nb)))   # deep copy
-    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    cells = {grade_id_of(c): c for c in nb.cells}
     for grade_id, source in answers.items():
         cell = cells.get(grade_id)
-        if cell is None or not cell.metadata["nbgrader"].get("solution"):
+        if cell is None or not is_solution(cell):
             raise ValueError(f"{where}: '{grade_id}' is not a solution cell of the lesson; "
-                             f"solution cells are {sorted(g for g, c in cells.items() if g and c.metadata['nbgrader'].get('solution'))}.")
+                             f"solution cells are {sorted(g for g, c in cells.items() if g and is_solution(c))}.")
         cell.source = source
     return nb
 
@@ -150,8 +150,7 @@ def demo_answers(solution_nb, spec: dict, blank_nb) -> dict:
     (markers dropped) for a ``from_solution`` student, else the released lesson's (``blank_nb``),
     then the catalogue's own answers on top, as ``generate_demo`` writes them."""
     answers = _solution_answers(solution_nb) if spec.get("from_solution") else {
-        c.metadata["nbgrader"]["grade_id"]: c.source for c in blank_nb.cells
-        if c.metadata.get("nbgrader", {}).get("solution")}
+        grade_id_of(c): c.source for c in blank_nb.cells if is_solution(c)}
     answers.update(spec.get("answers", {}))
     return answers
 

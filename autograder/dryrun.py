@@ -43,7 +43,6 @@ from .protocol import KernelReply
 
 __all__ = ["Outcome", "needed_cells", "run_exercises"]
 
-CELL_LIMIT_S = 60        # a lesson or answer cell that runs longer is stopped (an endless loop)
 
 
 @dataclass
@@ -200,7 +199,7 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
                 continue
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                        _limit(CELL_LIMIT_S):
+                        _limit(options.cell_timeout):
                     exec(compile(_code(cell.source), f"<cell {i}>", "exec"), ns)
             except Exception:   # as in the notebook: the cell failed, the next ones still run
                 pass

@@ -12,7 +12,7 @@ from latex2mathml.converter import convert as _latex_to_mathml
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
-from .cells import is_test_cell, nbgrader_meta
+from .cells import is_graded, is_solution, is_test_cell, nbgrader_meta
 from .mistakes import exercise_titles, hint_shown
 
 __all__ = ["HideHiddenTests", "ExerciseFeedback", "SanitizeFeedback", "clean_html", "tex_to_mathml"]
@@ -37,8 +37,7 @@ class HideHiddenTests(ClearHiddenTests):
     """
 
     def preprocess_cell(self, cell, resources, cell_index):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if not meta.get("grade") or meta.get("solution"):
+        if not is_graded(cell) or is_solution(cell):
             return cell, resources
         removed = self._remove_hidden_test_region(cell)
         if removed and cell.cell_type == "code":

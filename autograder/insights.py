@@ -22,7 +22,7 @@ from .mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, load_m
                        match_mistake)
 from .results import REJECTED, Status
 
-__all__ = ["MANIFEST", "INSIGHT_COLUMNS", "Exercise", "Lesson", "Insight", "ClassData",
+__all__ = ["MANIFEST", "INSIGHT_COLUMNS", "Exercise", "ReleasedLesson", "Insight", "ClassData",
            "write_manifest", "load_class", "load_results", "lesson_maxima", "write_insights_csv",
            "write_lesson_csvs"]
 
@@ -40,8 +40,11 @@ class Exercise:
 
 
 @dataclass
-class Lesson:
-    """A lesson as released: its exercises, mistake catalogue and answer cells."""
+class ReleasedLesson:
+    """An assignment as released into a graded DIR (``work/release/<assignment>``): its
+    exercises, mistake catalogue and answer cells. Not the course's lesson: that is
+    :class:`autograder.course.Lesson` (id, title, time), one per lesson of ``LESSONS``; a class
+    may also be graded on an assignment the course does not list (the toy course)."""
     assignment: str
     notebooks: list                 # notebook file names
     exercises: list                 # [Exercise] in notebook order
@@ -72,7 +75,7 @@ class Insight:
 class ClassData:
     """Everything the report and the CSVs need, read from DIR."""
     results: list                                   # journal dicts, in grades.csv order
-    lessons: dict                                   # assignment -> Lesson
+    lessons: dict                                   # assignment -> ReleasedLesson
     columns: dict                                   # assignment -> its grades.csv columns
     insights: list = field(default_factory=list)    # [Insight]
     answers: dict = field(default_factory=dict)     # (student, assignment) -> answer text
@@ -142,7 +145,7 @@ def _load_lesson(root: Path, work: Path, assignment: str):
                       for c in nb.cells if is_test_cell(c)]
     source = [work / "source" / assignment / p.name for p in release]
     reference = _answer_text([nbformat.read(p, as_version=4) for p in source if p.is_file()])
-    return Lesson(assignment, [p.name for p in release], exercises,
+    return ReleasedLesson(assignment, [p.name for p in release], exercises,
                   load_mistakes(root, assignment), _answer_text(nbs), reference)
 
 
@@ -153,7 +156,7 @@ def _read_nb(path: Path):
         return None
 
 
-def _student_insights(work: Path, lesson: Lesson, res: dict, internal: str) -> tuple:
+def _student_insights(work: Path, lesson: ReleasedLesson, res: dict, internal: str) -> tuple:
     """(insights, answer text) of one result: the hints from the autograded notebooks, the
     answers from the submitted ones (as graded, after repair)."""
     graded = bool(res.get("exercises")) and Status.of(res.get("status", "")).kind != REJECTED

@@ -23,6 +23,7 @@ __all__ = ["SandboxKernelManager", "HarnessClient", "StudentTimeout", "KernelGon
 TIMEOUT_ENAME = "CellTimeoutError"
 NOT_RUN_ENAME = "NotExecuted"
 KERNEL_MODULE = "_autograder_wire"   # the name of autograder.wire's copy inside the kernel
+REQUEST_STDOUT_CHARS = 65536   # what a request cell printed, kept for a test (the rest dropped)
 RECOVER_S = 10          # after a time limit, how long an interrupted kernel may take to answer
 
 
@@ -87,8 +88,8 @@ class HarnessClient(NotebookClient):
             content = msg.get("content", {})
             if msg["msg_type"] == "display_data" and WIRE_MIME in content.get("data", {}):
                 self.request_reply = content["data"][WIRE_MIME]
-            elif msg["msg_type"] == "stream" and sum(map(len, self.request_stdout)) < 65536:
-                self.request_stdout.append(str(content.get("text", ""))[:65536])
+            elif msg["msg_type"] == "stream" and sum(map(len, self.request_stdout)) < REQUEST_STDOUT_CHARS:
+                self.request_stdout.append(str(content.get("text", ""))[:REQUEST_STDOUT_CHARS])
             return None
         size = _output_size(msg)
         allowed = max(0, min(self.cell_left, self.notebook_left))

@@ -13,13 +13,22 @@ __all__ = ["GradingOptions", "add_arguments", "from_arguments", "UNSANDBOXED_FLA
 UNSANDBOXED_FLAG = "--unsafe-run-student-code-unsandboxed"
 
 
-def _opt(default, help, metavar=None, flag=None):
-    return field(default=default, metadata={"help": help, "metavar": metavar, "flag": flag})
+def _opt(default, help, metavar=None, flag=None, repr=True):
+    return field(default=default, repr=repr,
+                 metadata={"help": help, "metavar": metavar, "flag": flag})
 
 
 @dataclass(frozen=True)
 class GradingOptions:
-    """Limits for running one submission (all per notebook unless said otherwise)."""
+    """Limits for running one submission (all per notebook unless said otherwise).
+
+    The grader's own fixed limits, which are no instructor's choice, each live in one place
+    beside the code that applies them: ``sandbox.HARNESS_MEMORY_MB`` and ``HARNESS_ATTEMPTS``,
+    ``ipcfs.IPC_MB`` and ``IPC_INODES`` (the connection folder), ``notebook_client.RECOVER_S``
+    and ``REQUEST_STDOUT_CHARS``, ``wire.MAX_BYTES`` (data per crossing), ``config.KERNEL_ARGS``,
+    ``check.MAX_BYTES`` (the student's self-check, more lenient than grading), and the
+    collection limits of ``collect`` (``ZIP_RATIO``, ``ZIP_FLOOR``, ``DATA_FILE_BYTES``).
+    """
     cell_timeout: int = _opt(60, "seconds a single cell (or test) may run", "S", "--timeout")
     notebook_timeout: int = _opt(600, "seconds a whole notebook may run", "S")
     memory_mb: int = _opt(4096, "address-space limit of the student's kernel in MiB", "MIB",
@@ -33,6 +42,11 @@ class GradingOptions:
     cell_output_kb: int = _opt(2048, "output kept per cell in KiB (the rest is dropped, with a "
                                      "note)", "KIB")
     notebook_output_kb: int = _opt(16384, "output kept per notebook in KiB", "KIB")
+    max_size_mb: float = _opt(20, "largest notebook accepted, in MiB; a larger one is rejected "
+                                  "(a lesson with its outputs is well under 5 MiB)", "MIB",
+                              "--max-size", repr=False)
+    # (not in the repr: the size is checked when a submission is read, before it runs, so it
+    # is no setting of a run and a changed limit does not make grade re-run graded notebooks)
     unsandboxed: bool = _opt(False, "run student code without the OS sandbox where bubblewrap "
                                     "cannot run: students' code can then read and change "
                                     "anything this user can", None, UNSANDBOXED_FLAG)
@@ -51,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser, only=None) -> None:
         if f.type in (bool, "bool"):
             parser.add_argument(flag, dest=f.name, action="store_true", help=meta["help"])
         else:
-            parser.add_argument(flag, dest=f.name, type=int, default=f.default,
+            parser.add_argument(flag, dest=f.name, type=float if f.type in (float, "float") else int,
+                                default=f.default,
                                 metavar=meta["metavar"],
                                 help=f"{meta['help']} (default {f.default})")
 

@@ -29,6 +29,7 @@ import string
 import zipfile
 from pathlib import Path
 
+from .cells import is_solution
 from .course import BRANCH, COURSE_REPO, LESSONS, PLACEHOLDER_REPO, validate_repo
 from .mistakes import MISTAKES_FILE
 
@@ -92,10 +93,9 @@ def secret_lines(root: Path, solutions: bool = True) -> dict:
     for nb in sorted((root / "solutions").glob("*/*.ipynb")):
         lesson = nb.parent.name
         for cell in _cells(nb):
-            meta = cell.get("metadata", {}).get("nbgrader", {})
             lines = _source(cell).splitlines()
             kinds = [("hidden test", _between(lines, "HIDDEN TESTS"))]
-            if solutions and meta.get("solution"):
+            if solutions and is_solution(cell):
                 inner = _between(lines, "SOLUTION")
                 kinds.append(("solution cell", inner if inner or cell.get("cell_type") == "code"
                               else lines))

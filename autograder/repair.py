@@ -35,6 +35,8 @@ import nbformat
 
 from mlexp.check import normal_text
 
+from .cells import nbgrader_meta
+
 __all__ = ["repair_notebook", "read_notebook_text", "not_a_notebook", "SubmissionRejected",
            "normalise_name", "release_cells"]
 
@@ -156,10 +158,6 @@ def _reject(reason: str):
     raise SubmissionRejected(reason)
 
 
-def _meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
-
-
 def _kind(meta: dict) -> str:
     if meta.get("solution"):
         return "solution cell"
@@ -233,28 +231,28 @@ def _text_digest(source: str) -> str:
 def release_cells(release) -> dict:
     """{grade_id: digest of its source} for every cell of a released notebook with grader
     metadata: what :func:`repair_notebook` compares a submission with (``earlier``)."""
-    return {_meta(c)["grade_id"]: _text_digest(c.source) for c in release.cells
-            if _meta(c).get("grade_id")}
+    return {nbgrader_meta(c)["grade_id"]: _text_digest(c.source) for c in release.cells
+            if nbgrader_meta(c).get("grade_id")}
 
 
 def _match(sub_cells, keys, notes, retired=()) -> dict:
     """Map release key index -> submission cell index; demotes duplicate copies in place.
 
     ``retired``: grade ids of earlier releases that the lesson no longer has."""
-    key_ids = {_meta(c)["grade_id"]: i for i, c in enumerate(keys)}
+    key_ids = {nbgrader_meta(c)["grade_id"]: i for i, c in enumerate(keys)}
     matched, by_gid = {}, {}
     for j, cell in enumerate(sub_cells):
-        gid = _meta(cell).get("grade_id")
+        gid = nbgrader_meta(cell).get("grade_id")
         if gid in key_ids:
             by_gid.setdefault(gid, []).append(j)
-        elif _meta(cell):
-            notes.append(f"{_kind(_meta(cell))} '{gid}' was removed from the lesson after this "
+        elif nbgrader_meta(cell):
+            notes.append(f"{_kind(nbgrader_meta(cell))} '{gid}' was removed from the lesson after this "
                          "notebook was released: not graded" if gid in retired else
                          f"removed grader metadata from a cell the lesson does not have ('{gid}')")
             cell.metadata.pop("nbgrader", None)
     for gid, js in by_gid.items():
         if len(js) > 1:
-            notes.append(f"{_kind(_meta(keys[key_ids[gid]]))} '{gid}' appeared {len(js)} times: "
+            notes.append(f"{_kind(nbgrader_meta(keys[key_ids[gid]]))} '{gid}' appeared {len(js)} times: "
                          "kept the last copy")
             for j in js[:-1]:
                 sub_cells[j].metadata.pop("nbgrader", None)
@@ -264,9 +262,9 @@ def _match(sub_cells, keys, notes, retired=()) -> dict:
     by_id, by_source = [], []
     for i, key in enumerate(keys):
         j = ids.get(key.get("id"))
-        if i not in matched and j is not None and j not in taken and not _meta(sub_cells[j]):
+        if i not in matched and j is not None and j not in taken and not nbgrader_meta(sub_cells[j]):
             matched[i], taken = j, taken | {j}
-            by_id.append(_meta(key)["grade_id"])
+            by_id.append(nbgrader_meta(key)["grade_id"])
     prepared = {}
 
     def texts(cells, j):   # each cell prepared once, whatever the number of release cells
@@ -276,15 +274,15 @@ def _match(sub_cells, keys, notes, retired=()) -> dict:
         return prepared[at]
 
     # Test and read-only cells first (their source is fixed), then solution cells between them.
-    for i in sorted(range(len(keys)), key=lambda i: bool(_meta(keys[i]).get("solution"))):
+    for i in sorted(range(len(keys)), key=lambda i: bool(nbgrader_meta(keys[i]).get("solution"))):
         key = keys[i]
         if i in matched:
             continue
         lo = max([matched[k] for k in matched if k < i], default=-1)
         hi = min([matched[k] for k in matched if k > i], default=len(sub_cells))
-        meta = _meta(key)
+        meta = nbgrader_meta(key)
         need = SIMILAR_SOLUTION if meta.get("solution") else SIMILAR_TEST
-        free = [j for j in range(lo + 1, hi) if j not in taken and not _meta(sub_cells[j])]
+        free = [j for j in range(lo + 1, hi) if j not in taken and not nbgrader_meta(sub_cells[j])]
         best, best_j = _best_match(texts(keys, i), [(j, texts(sub_cells, j)) for j in free],
                                    need)
         window = [j for j in free if sub_cells[j].cell_type == "code"]
@@ -325,11 +323,11 @@ def repair_notebook(nb, release, sources: dict, earlier=()) -> list:
     lesson added or changed since.
     """
     notes = []
-    keys = [c for c in release.cells if _meta(c).get("grade_id")]
-    current = {_meta(c)["grade_id"] for c in keys}
+    keys = [c for c in release.cells if nbgrader_meta(c).get("grade_id")]
+    current = {nbgrader_meta(c)["grade_id"] for c in keys}
     retired = {g for cells in earlier for g in cells} - current
     matched = _match(nb.cells, keys, notes, retired)
-    added = _predates({_meta(keys[i])["grade_id"] for i in range(len(keys)) if i not in matched},
+    added = _predates({nbgrader_meta(keys[i])["grade_id"] for i in range(len(keys)) if i not in matched},
                       current, earlier)
     old_texts = {}
     for cells in earlier:
@@ -347,7 +345,7 @@ def repair_notebook(nb, release, sources: dict, earlier=()) -> list:
         at = (next(k for k, c in enumerate(cells) if c is prev) + 1) if prev is not None else 0
         cells.insert(at, fresh)
         position[i] = fresh
-        meta = _meta(key)
+        meta = nbgrader_meta(key)
         if meta["grade_id"] in added:
             what = "put in blank" if meta.get("solution") else "it was put in"
             notes.append(f"{_kind(meta)} '{meta['grade_id']}' was added to the lesson after "
@@ -356,7 +354,7 @@ def repair_notebook(nb, release, sources: dict, earlier=()) -> list:
         what = "put back blank" if meta.get("solution") else "restored from the lesson"
         notes.append(f"{_kind(meta)} '{meta['grade_id']}' was deleted: {what}")
     for i, key in enumerate(keys):
-        cell, meta = position[i], _meta(key)
+        cell, meta = position[i], nbgrader_meta(key)
         if cell.cell_type != key.cell_type:
             notes.append(f"{_kind(meta)} '{meta['grade_id']}' had been changed to "
                          f"{cell.cell_type}: changed back to {key.cell_type}")
@@ -366,7 +364,7 @@ def repair_notebook(nb, release, sources: dict, earlier=()) -> list:
             else:
                 cell.pop("outputs", None)
                 cell.pop("execution_count", None)
-        had = _meta(cell)
+        had = nbgrader_meta(cell)
         changed = sorted(k for k in GRADE_KEYS if had and had.get(k, meta.get(k)) != meta.get(k))
         if changed:   # a graded cell kept its id but not its points or role: not an accident
             notes.append(f"grader settings of {_kind(meta)} '{meta['grade_id']}' had been "

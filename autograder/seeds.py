@@ -27,6 +27,7 @@ from nbclient import NotebookClient
 
 from mlexp.seeds import aggregate, find_seed_line, format_markdown, result_lines, set_seed
 
+from .config import KERNEL_ARGS
 from .course import find_course_root, lesson_notebook
 
 __all__ = ["run_notebook", "run_lessons", "add_arguments", "run", "main"]
@@ -51,7 +52,7 @@ def run_notebook(path, seed: int | None, grading: bool = False, timeout: int = 1
     with tempfile.TemporaryDirectory(prefix="mlexp-seeds-") as tmp:
         folder = Path(shutil.copytree(path.parent, Path(tmp) / path.parent.name))
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                                extra_arguments=list(KERNEL_ARGS),
                                 resources={"metadata": {"path": str(folder)}})
         client.execute(env=env)
     return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"

@@ -51,9 +51,15 @@ class ExerciseResult:
             self.score = self.points if self.passed else 0.0
 
 
+def _nbgrader(cell) -> dict:
+    """The cell's nbgrader metadata, {} when it has none (the grader reads it through
+    ``autograder.cells``; mlexp never imports the grader, and nbgrader is no dependency of it)."""
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
 def is_test_cell(cell) -> bool:
     """A graded test cell: nbgrader metadata ``grade`` true, ``solution`` false, a code cell."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
+    meta = _nbgrader(cell)
     return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
@@ -94,7 +100,7 @@ def partial_score(cell):
 def result_of(cell, special=None) -> ExerciseResult:
     """The :class:`ExerciseResult` of an executed test cell; partial credit below the cell's
     points is a FAIL that says how many points it gave (capped at the points)."""
-    meta = cell.metadata["nbgrader"]
+    meta = _nbgrader(cell)
     passed, message, timed_out = judge_test_cell(cell, special)
     points = float(meta.get("points", 0))
     score = partial_score(cell) if passed else None
@@ -137,10 +143,10 @@ def restore_tests(nb, release) -> list:
     is inserted after the cell it followed.
     Returns notes saying what was restored."""
     notes = []
-    mine = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    mine = {_nbgrader(c).get("grade_id"): c for c in nb.cells}
     previous = None
     for cell in release.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = _nbgrader(cell).get("grade_id")
         if is_test_cell(cell):
             if gid in mine:
                 if normal_text(mine[gid].source) != normal_text(cell.source):

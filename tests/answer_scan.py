@@ -40,6 +40,7 @@ import re
 
 import torch
 
+from autograder.wire import Opaque
 from exercise_runner import _exec, _names, blank_answers, graded_cells, grader_namespace, solution_answers
 
 MAX_ITEMS = 8          # a tensor or sequence with more numbers than this is not written out in text
@@ -47,7 +48,7 @@ MAX_ITEMS = 8          # a tensor or sequence with more numbers than this is not
 
 def _numbers(value):
     """``value`` as a number or a flat tuple of at most MAX_ITEMS numbers, or None."""
-    if isinstance(value, bool) or value is None:
+    if isinstance(value, (bool, Opaque)) or value is None:   # Opaque: a student object, no data
         return None
     if isinstance(value, torch.Tensor):
         if value.numel() == 0 or value.numel() > MAX_ITEMS or value.is_complex():
@@ -142,6 +143,8 @@ def _test_cells(lesson: str):
 def _record(ns, names, found, test, given):
     """Put a recorder on each student function in ``names``; note each student value as found."""
     for name in sorted(names & set(ns)):
+        if isinstance(ns[name], Opaque):    # a student object the grader cannot look into
+            continue
         if callable(ns[name]):
             ns[name] = _recorder(ns[name], name, found, test)
         elif (value := _numbers(ns[name])) is not None:
@@ -270,7 +273,7 @@ def computed_in_view(lesson: str) -> tuple:
         for move in (False, True):
             ns = grader_namespace(student, [])
             if move:
-                for name in names & set(ns):
+                for name in {n for n in names & set(ns) if not isinstance(ns[n], Opaque)}:
                     ns[name] = _moved(ns[name]) if callable(ns[name]) else _perturbed(ns[name])
             else:
                 _record(ns, names, seen, test, given)

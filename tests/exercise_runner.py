@@ -2,16 +2,19 @@
 
 No Jupyter kernel: a lesson's setup cells and the answer cells run in one namespace (the
 student's), and each graded test cell runs in a fresh namespace of its own (the grader's), which
-receives the student's names only as the grader's trust boundary passes them (README, "The
-grader's new trust boundary" in the helpers' guide):
+receives the student's names only as the grader's trust boundary passes them: through the
+grader's own code, not a copy of it. The namespace is the harness's
+(``autograder.calls.StudentNamespace``), its channel the in-process one of the dry run
+(``autograder.dryrun.LocalLink``: ``KernelLink`` and the ``autograder.wire`` codec, with a
+``KernelServer`` answering from the student's namespace), so
 
-- data is copied: None, bool, int, float, str, tuples / lists / dicts of these, torch tensors
-  (detached copies), numpy arrays; modules and other objects do not cross, so a test cell must
-  import what it uses (rule 1);
+- data is copied through the codec; modules do not cross, so a test cell must import what it
+  uses (rule 1);
 - a function the student defined becomes a proxy: its arguments must be data or torch.nn
-  modules (rule 3; anything else is recorded as a violation), tensors cross as copies (autograd
-  still flows), and an exception raised inside comes back as the nearest built-in exception
-  type with the same message.
+  modules (rule 3; a call that cannot be sent is recorded as a violation), tensors cross as
+  copies (autograd still flows), a tensor argument changed in place fails the call with a hint,
+  and an exception raised inside comes back as the nearest built-in exception type with the
+  same message.
 
 ``mode="self"`` runs the same test cell in (a copy of) the student's namespace instead, as the
 self-check does in a student's own notebook (rule 5). Every cell's printed output is discarded.
@@ -24,24 +27,24 @@ import contextlib
 import io
 import os
 import re
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import nbformat  # noqa: E402
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from autograder.wire import Opaque, decode, encode  # noqa: E402
+from autograder.cells import is_solution, is_test_cell, nbgrader_meta  # noqa: E402
+from autograder.calls import StudentNamespace  # noqa: E402
+from autograder.dryrun import LocalLink  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_CELL = "course-setup"
 # Cells besides the two setup cells that the exercises need (they define names the answers read).
 PRELUDE = {"01_running_sum": ("worked-attention", "worked-folded")}
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
-STUDENT_MODULE = "__main__"
+STUDENT_MODULE = "__main__"   # the student namespace's __name__, as in a kernel
 
 
 @dataclass
@@ -71,17 +74,12 @@ def released_notebook(lesson: str):
     return nbformat.read(REPO / "lessons" / lesson / f"{lesson}.ipynb", as_version=4)
 
 
-def grade_meta(cell) -> dict:
-    return cell.metadata.get("nbgrader", {})
-
-
-def is_test(cell) -> bool:
-    meta = grade_meta(cell)
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+grade_meta = nbgrader_meta
+is_test = is_test_cell
 
 
 def is_answer(cell) -> bool:
-    return cell.cell_type == "code" and bool(grade_meta(cell).get("solution"))
+    return cell.cell_type == "code" and is_solution(cell)
 
 
 def visible_part(source: str) -> str:
@@ -105,123 +103,31 @@ def points_per_test(lesson: str) -> dict:
 
 
 # ------------------------------------------------------------------------------ the boundary
-class NotData(TypeError):
-    """A value that the grader's channel cannot carry."""
+class _Link(LocalLink):
+    """The in-process channel of the dry run (autograder.dryrun.LocalLink: the grader's
+    KernelLink and codec, a KernelServer answering from the student's namespace), noting each
+    call a test could not send (rule 3: an argument that is not data)."""
 
+    def __init__(self, ns: dict, violations: list):
+        super().__init__(ns)
+        self.violations = violations
 
-def copy_data(value, depth=0):
-    """A copy of ``value`` as the channel carries data; raises NotData for anything else."""
-    if depth > 20:
-        raise NotData("nested too deeply")
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, (np.integer, np.floating, np.bool_)):
-        return value.item()
-    if isinstance(value, (tuple, list)):
-        return type(value)(copy_data(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return {copy_data(k, depth + 1): copy_data(v, depth + 1) for k, v in value.items()}
-    raise NotData(type(value).__name__)
-
-
-def _argument(value, violations, where, depth=0):
-    """An argument on its way to a student function: data or a torch.nn module (autograd kept)."""
-    if isinstance(value, torch.nn.Module):
-        return value
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_argument(v, violations, where, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return {k: _argument(v, violations, where, depth + 1) for k, v in value.items()}
-    try:
-        return copy_data(value)
-    except NotData:
-        violations.append(f"rule 3: {where} was passed a {type(value).__name__}, which is not data")
-        return value
-
-
-def _builtin_twin(exc: BaseException) -> BaseException:
-    """The nearest built-in exception type of ``exc``, with the same message."""
-    builtin_types = {v for v in vars(builtins).values() if isinstance(v, type)}
-    cls = next(c for c in type(exc).__mro__ if c in builtin_types)
-    try:
-        return cls(str(exc))
-    except TypeError:
-        return RuntimeError(str(exc))
-
-
-def _result(value):
-    """A student function's result as the harness receives it: plain data through autograder.wire's
-    wire format (an object that is not data becomes an Opaque that fails every use); tensors that
-    carry autograd stay as they are, since the harness links the backward pass to the kernel."""
-    if isinstance(value, torch.Tensor) and value.requires_grad:
-        return value
-    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) and v.requires_grad
-                                                for v in value):
-        return type(value)(_result(v) for v in value)
-    return decode(encode(value, kernel=True, refs=[]),
-                  ref_factory=lambda i, t, n: Opaque(t, "a function returned by the student"))
-
-
-def proxy(fn, name: str, violations: list):
-    """The student's function ``fn`` as the grader sees it: arguments copied (a tensor changed in
-    place fails the call with a hint, as in the harness), exceptions as their built-in type, the
-    result as data."""
-    def invoke(args, kwargs, watch=None):
-        where = f"student function {name}"
-        sent = [_argument(a, violations, where) for a in args]
-        sent_kw = {k: _argument(v, violations, where) for k, v in kwargs.items()}
-        trace = None
+    def call(self, fn, args, kwargs, watch=None):
         try:
-            if watch is None:
-                result = fn(*sent, **sent_kw)
-            else:                          # as the kernel's side of the wire runs a watched call
-                from mlexp.rules import watching
-                with watching(watch) as trace:
-                    result = fn(*sent, **sent_kw)
-        except Exception as exc:
-            raise _builtin_twin(exc) from None
-        import inspect
-        try:
-            params = [p.name for p in inspect.signature(fn).parameters.values()]
-        except (TypeError, ValueError):
-            params = []
-        pairs = [(params[i] if i < len(params) else f"argument {i + 1}", old, new)
-                 for i, (old, new) in enumerate(zip(args, sent))]
-        pairs += [(k, kwargs[k], v) for k, v in sent_kw.items()]
-        for pname, old, new in pairs:
-            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and new is not old \
-                    and (old.shape != new.shape or not torch.equal(old, new)):
-                raise AssertionError(f"Hint: {name} changed {pname} in place. Return a new "
-                                     "tensor and leave the arguments as they were given.")
-        return _result(result) if watch is None else (_result(result), trace.as_dict())
-
-    def call(*args, **kwargs):
-        return invoke(args, kwargs)
-    call.__name__ = call.__qualname__ = name
-    call._watched_call = lambda args, kwargs, forbid: invoke(args, kwargs, list(forbid))
-    return call
+            return super().call(fn, args, kwargs, watch)
+        except TypeError as exc:
+            if "cannot be sent to the notebook" in str(exc):
+                self.violations.append(f"rule 3: {exc}")
+            raise
 
 
-def grader_namespace(student_ns: dict, violations: list) -> dict:
-    """A fresh namespace for one test cell: the student's data copied, their functions proxied."""
-    ns = {"__name__": "__grader__", "__builtins__": builtins}
-    for name, value in student_ns.items():
-        if name.startswith("__") or isinstance(value, types.ModuleType):
-            continue
-        if isinstance(value, types.FunctionType):
-            if value.__module__ == STUDENT_MODULE:
-                ns[name] = proxy(value, name, violations)
-            continue
-        try:
-            ns[name] = copy_data(value)
-        except NotData:
-            pass
+def grader_namespace(student_ns: dict, violations: list) -> StudentNamespace:
+    """A fresh namespace for one test cell, the harness's own (autograder.calls.StudentNamespace)
+    over the in-process channel: every student name is fetched as the grader fetches it (data
+    copied through the codec, functions as proxies, modules and private names left out)."""
+    ns = StudentNamespace(_Link(student_ns, violations))
+    for name in list(student_ns):
+        name in ns   # noqa: B015 (fetches it)
     return ns
 
 

@@ -47,3 +47,20 @@ def test_kernel_requests_and_replies():
     assert type(KernelReply.from_dict({"error": {"types": ["Evil"]}}).raised()) is RuntimeError
     assert KernelReply.from_dict({"value": None}).raised() is None
     assert KernelReply.from_dict({"module": "np"}).is_module
+
+
+def test_every_option_is_a_flag_and_the_size_limit_is_no_setting_of_a_run():
+    import argparse
+
+    from autograder.collect import DEFAULT_MAX_BYTES
+    from autograder.options import add_arguments, from_arguments
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--max-size", "0.5", "--timeout", "7"])
+    options = from_arguments(args)
+    assert (options.max_size_mb, options.cell_timeout) == (0.5, 7)
+    assert from_arguments(parser.parse_args([])) == GradingOptions()
+    assert DEFAULT_MAX_BYTES == GradingOptions().max_size_mb * 2**20
+    # grade's settings (what makes it re-run a graded notebook) are the options' repr: the size
+    # limit is checked before a run, so it is left out of it
+    assert "max_size" not in repr(options) and "cell_timeout=7" in repr(options)

@@ -18,6 +18,8 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell
 
+from autograder.cells import grade_id_of, is_graded, is_solution
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from toy_course import (ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION,  # noqa: E402
@@ -379,7 +381,7 @@ def _with_filler(nb, n: int, seed=0):
     nb = copy.deepcopy(nb)
     rng = random.Random(seed)
     alphabet = sorted(set("".join(c.source for c in nb.cells)) - {"\n", "\r"})
-    after = [i + 1 for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade")]
+    after = [i + 1 for i, c in enumerate(nb.cells) if is_graded(c)]
     for _ in range(n):
         at = rng.choice(after)
         after = [i + (i > at) for i in after]
@@ -390,7 +392,7 @@ def _with_filler(nb, n: int, seed=0):
 def _answer(nb, answers: dict):
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        gid = grade_id_of(cell)
         if gid in answers:
             cell.source = answers[gid]
     return nb
@@ -398,7 +400,7 @@ def _answer(nb, answers: dict):
 
 def _index(nb, grade_id: str) -> int:
     return next(i for i, c in enumerate(nb.cells)
-                if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+                if grade_id_of(c) == grade_id)
 
 
 def _strip(nb, new_ids: bool):
@@ -584,9 +586,9 @@ def _issue25_toy_cases(lesson, good, right) -> dict:
 
 def solved_answers(solution) -> dict:
     """grade_id -> the instructor's answer of each solution cell, as a student would type it."""
-    return {c.metadata["nbgrader"]["grade_id"]: "\n".join(
+    return {grade_id_of(c): "\n".join(
         ln for ln in c.source.splitlines() if "### " not in ln)
-        for c in solution.cells if c.metadata.get("nbgrader", {}).get("solution")}
+        for c in solution.cells if is_solution(c)}
 
 
 def lesson01_cases(lesson, solution) -> dict:
