@@ -7,6 +7,7 @@ autograder.sandbox.SandboxedExecute, which hands each notebook to the run's exec
 nbgrader autograde them and render feedback under the run's gradebook lock, and reads the
 score, the harness's Report and the status back into the student's Result.
 """
+import os
 import re
 import shutil
 import threading
@@ -15,6 +16,9 @@ from pathlib import Path
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
+from nbgrader.converters import Autograde
+from nbgrader.converters.base import BaseConverter
+from nbgrader.utils import capture_log, temp_attrs
 
 from . import sandbox
 from .config import work_config
@@ -23,7 +27,8 @@ from .options import GradingOptions
 from .protocol import Report
 from .results import Result
 
-__all__ = ["Grader", "nbgrader_config", "status_of", "reason_of", "SANDBOX_PREPROCESSORS"]
+__all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "reason_of",
+           "SANDBOX_PREPROCESSORS"]
 
 # No nbgrader AssignLatePenalties: late penalties are applied once, when results become grades
 # (autograder.results.final_grades, in `report`), from the term file; never in the gradebook.
@@ -66,6 +71,48 @@ def reason_of(text: str) -> str:
     reason = re.sub(r"^(\w+\.)+", "", " ".join(picked))   # a.b.NbGraderException -> NbGraderException
     return (reason or "(no message)")[:200]
 
+
+
+class SandboxedAutograde(Autograde):
+    """nbgrader's ``autograde`` converter, without the process-wide NBGRADER_EXECUTION it sets.
+
+    nbgrader (0.9.6) wraps the grading pass of ``Autograde.convert_single_notebook`` in
+    ``utils.setenv(NBGRADER_EXECUTION="autograde")``: it writes ``os.environ`` from whichever
+    thread grades, then deletes the variable whatever it held before (setenv looks the old value
+    up under the wrong key), raising KeyError when another thread, or another grade_class run in
+    this process, deleted it first. Nothing in the grading process reads the variable: the
+    harness and the student's kernel get it from the Job's mode (sandbox.run_submission,
+    jail.kernel_env), a Dask worker's the same way. So this converter runs nbgrader's two passes
+    (sanitize, then autograde: nbgrader's method, line for line) without that setenv, and no
+    submission writes the process's environment. tests/test_grading_env.py fails when
+    nbgrader's method changes, so that this copy is read again.
+    """
+
+    def convert_single_notebook(self, notebook_filename: str) -> None:
+        self.log.info("Sanitizing %s", notebook_filename)
+        self._sanitizing = True
+        self._init_preprocessors()
+        BaseConverter.convert_single_notebook(self, notebook_filename)
+
+        notebook_filename = os.path.join(self.writer.build_directory, os.path.basename(notebook_filename))
+        self.log.info("Autograding %s", notebook_filename)
+        self._sanitizing = False
+        self._init_preprocessors()
+        try:
+            BaseConverter.convert_single_notebook(self, notebook_filename)
+        finally:
+            self._sanitizing = True
+
+
+def autograde(api: NbGraderAPI, assignment: str, student: str) -> dict:
+    """``api.autograde(assignment, student, force=True, create=True)`` with
+    :class:`SandboxedAutograde` as the converter (NbGraderAPI.autograde's body, which names
+    nbgrader's own class): ``{"success", "error", "log"}``."""
+    with temp_attrs(api.coursedir, assignment_id=assignment, student_id=student):
+        app = SandboxedAutograde(coursedir=api.coursedir, parent=api)
+        app.force = True
+        app.create_student = True
+        return capture_log(app)
 
 
 class Grader:
@@ -117,7 +164,7 @@ class Grader:
         for rel, path in sub.data_files:   # within nbgrader's size limits (collect checked)
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest / rel)
-        auto = api.autograde(sub.assignment, sub.student, force=True, create=True)
+        auto = autograde(api, sub.assignment, sub.student)
         if not auto["success"]:
             res.status = "needs manual review: autograde failed: " + reason_of(
                 auto.get("error") or auto.get("log"))

@@ -249,7 +249,6 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             atomic_write(out / "isolation.txt", "".join(f"{n}\n" for n in noted))
 
     bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress)
-    saved_env = os.environ.get("NBGRADER_EXECUTION")   # nbgrader's autograde deletes it
     with warnings.catch_warnings():
         # nbgrader's gradebook code trips SQLAlchemy autoflush warnings; they say nothing of the class.
         warnings.filterwarnings("ignore", category=SAWarning)
@@ -273,10 +272,6 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             if grader.cluster is not None:
                 grader.cluster.close()
             os.chdir(cwd)
-            if saved_env is None:
-                os.environ.pop("NBGRADER_EXECUTION", None)
-            else:
-                os.environ["NBGRADER_EXECUTION"] = saved_env
         pool.shutdown()
     _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
     _write_report(root, out, prepared, lessons, term)
