@@ -32,10 +32,10 @@ __all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "reas
 
 # No nbgrader AssignLatePenalties: late penalties are applied once, when results become grades
 # (autograder.results.final_grades, in `report`), from the term file; never in the gradebook.
-SANDBOX_PREPROCESSORS = [
+SANDBOX_PREPROCESSORS = (
     "autograder.sandbox.SandboxedExecute", "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.CheckCellMetadata"]
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.CheckCellMetadata")
 
 
 def nbgrader_config(work, root, options: GradingOptions, db_url, run):

@@ -19,8 +19,8 @@ if __package__:   # on the trusted side; in the kernel the codec's source runs a
 
 __all__ = ["KernelServer", "kernel_safe_messages"]
 
-_IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}
-_KERNEL_MANAGED = {"input", "raw_input", "getpass"}    # the kernel swaps these at every execution
+_IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
+_KERNEL_MANAGED = frozenset({"input", "raw_input", "getpass"})   # swapped at every execution
 
 
 def _user_ns():
