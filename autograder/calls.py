@@ -5,10 +5,14 @@ import builtins
 import time
 from pathlib import Path
 
-from . import kernel_server, wire
+from . import kernel_server, wire, wire_decode, wire_encode, wire_format
 from .notebook_client import KERNEL_MODULE, RECOVER_S, StudentTimeout
 from .protocol import KernelReply, KernelRequest
 from .wire import Opaque, WireError, decode, encode
+
+# what KernelLink.install sends into the kernel, in this order (each part's imports run only on
+# the trusted side: in the kernel they share one module's namespace)
+KERNEL_SOURCES = (wire_format, wire_encode, wire_decode, wire, kernel_server)
 
 __all__ = ["KernelLink", "StudentFunction", "StudentNamespace"]
 
@@ -152,7 +156,7 @@ class KernelLink:
         as ``sys.modules[KERNEL_MODULE]``. It is the untrusted side's copy: a student cell may
         replace it, which can only change what the student's own names look like, and a request
         it then fails to answer is reported as blocked."""
-        source = "\n".join(Path(m.__file__).read_text(encoding="utf-8") for m in (wire, kernel_server))
+        source = "\n".join(Path(m.__file__).read_text(encoding="utf-8") for m in KERNEL_SOURCES)
         setup = ", m.kernel_safe_messages()" if module == KERNEL_MODULE else ""   # once per kernel
         code = (f"(lambda m: (__import__('builtins').exec(__import__('builtins').compile("
                 f"{source!r}, '<autograder.wire>', 'exec'), m.__dict__), "

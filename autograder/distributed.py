@@ -98,17 +98,16 @@ def worker_course_root():
     return root if (root / "pyproject.toml").is_file() else None
 
 
-_CHECKED = {}   # environment digest -> this worker's check (one per worker process)
-
-
-def check_worker(expected: dict, options=None) -> dict:
+def check_worker(expected: dict, options=None, checked: dict = None) -> dict:
     """This worker's fitness for grading: ``{"host", "notes", "unfit"}``; ``unfit`` is the reason
-    it must not grade ("" when it may). Runs the sandbox probe once per process."""
+    it must not grade ("" when it may). ``checked`` (the worker's GradingPlugin.checked) keeps
+    each answer, so that the sandbox probe runs once per worker; without it, it runs each call."""
     if isinstance(options, dict):
         options = GradingOptions(**options)
     options = options or GradingOptions()
     key = repr(sorted(expected.items())) + repr(options.unsandboxed)
-    if key not in _CHECKED:
+    checked = {} if checked is None else checked
+    if key not in checked:
         here = environment()
         differ = [f"{k} {here.get(k)} here, {v} on the grading machine" for k, v in expected.items()
                   if here.get(k) != v]
@@ -118,9 +117,14 @@ def check_worker(expected: dict, options=None) -> dict:
             unfit = "its grading environment differs: " + "; ".join(differ)
         elif not probe["ok"] and not options.unsandboxed:
             unfit = f"it cannot run the sandbox: {probe['why']}"
-        _CHECKED[key] = {"host": socket.gethostname(), "unfit": unfit,
-                         "notes": sandbox.isolation_notes(options)}
-    return _CHECKED[key]
+        checked[key] = {"host": socket.gethostname(), "unfit": unfit,
+                        "notes": sandbox.isolation_notes(options)}
+    return checked[key]
+
+
+def _check_here(expected: dict, options: dict, dask_worker=None) -> dict:
+    """check_worker on a worker, with its plugin's answers (``client.run`` passes the worker)."""
+    return check_worker(expected, options, _plugin_state(dask_worker, "checked", dict))
 
 
 class GradingPlugin(WorkerPlugin):
@@ -134,21 +138,25 @@ class GradingPlugin(WorkerPlugin):
     def __init__(self, expected: dict, options: dict):
         self.expected, self.options = expected, options
         self.harnesses = None   # on the worker: its running harnesses (run_remote)
+        self.checked = None     # on the worker: check_worker's answers, by environment and options
 
     def setup(self, worker):
         self.harnesses = sandbox.Harnesses()
-        check_worker(self.expected, self.options)   # never raises: a task reports an unfit worker
+        self.checked = {}
+        # never raises: a task reports an unfit worker
+        check_worker(self.expected, self.options, self.checked)
 
     def teardown(self, worker):
         if self.harnesses is not None:
             self.harnesses.kill_all()
 
 
-def _worker_harnesses(worker) -> "sandbox.Harnesses":
-    """Where this worker's plugin counts the harnesses it kills on close (a fresh set when the
-    plugin is not there)."""
+def _plugin_state(worker, name: str, fresh):
+    """The worker's GradingPlugin's ``name`` (its harnesses, its checks), or ``fresh()`` when the
+    plugin is not there (then nothing is kept between tasks)."""
     plugin = getattr(worker, "plugins", {}).get(GradingPlugin.name)
-    return getattr(plugin, "harnesses", None) or sandbox.Harnesses()
+    state = getattr(plugin, name, None)
+    return state if state is not None else fresh()
 
 
 def _deaths(key, worker: str) -> int:
@@ -201,7 +209,7 @@ def run_remote(payload: dict) -> dict:
     except ProtocolMismatch as exc:
         raise WorkerUnfit(f"worker {worker.address}: {exc}") from None
     options = GradingOptions(**job.options)
-    check = check_worker(job.environment, options)
+    check = check_worker(job.environment, options, _plugin_state(worker, "checked", dict))
     out = {"notebook": None, "worker": worker.address, "host": check["host"],
            "notes": check["notes"]}
     if check["unfit"]:
@@ -212,11 +220,12 @@ def run_remote(payload: dict) -> dict:
                                        "(killed, or out of memory); it was not run again")
         return out
     nb = nbformat.reads(job.notebook, as_version=4)
+    harnesses = _plugin_state(worker, "harnesses", sandbox.Harnesses)
     with tempfile.TemporaryDirectory(prefix="autograder-data-") as tmp:
         _write_files(Path(tmp), job.files)
         executed, report = sandbox.run_submission(nb, Path(tmp), options,
                                                   course_root=worker_course_root(),
-                                                  harnesses=_worker_harnesses(worker))
+                                                  harnesses=harnesses)
     out["notebook"] = nbformat.writes(executed) if executed is not None else None
     done = Report.from_dict(report)
     done.worker, done.worker_deaths = worker.address, deaths
@@ -273,7 +282,7 @@ class DaskExecutor:
         self.closed = False
         try:
             self.client.register_plugin(GradingPlugin(self.expected, options.as_dict()))
-            for addr, check in sorted(self.client.run(check_worker, self.expected,
+            for addr, check in sorted(self.client.run(_check_here, self.expected,
                                                       options.as_dict()).items()):
                 if check["unfit"]:
                     raise WorkerUnfit(f"worker {addr} on {check['host']}: {check['unfit']}")

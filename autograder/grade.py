@@ -7,51 +7,41 @@ there, the student's cells in a sandboxed kernel: autograder.sandbox), render fe
 hidden tests, and commit the result to the journal (autograder.journal). ``jobs`` students run
 at once; everything that touches the gradebook is serialised in this process (the only writer
 of grades). With a Dask scheduler, each submission's sandboxed run goes to a worker of that
-cluster instead (autograder.distributed); everything else stays here.
+cluster instead (autograder.distributed); everything else stays here. nbgrader's part, one
+student at a time, is autograder.autograde; the releases graded against, autograder.releases.
 """
 import datetime as dt
-import json
 import os
-import re
 import shutil
 import sys
-import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.apps import NbGraderAPI
 from sqlalchemy.exc import SAWarning
 from tqdm.auto import tqdm
 
 from . import ids, sandbox
-from .build import generate_release
+from .autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
 from .cells import grade_id_of, is_graded, nbgrader_meta
 from .collect import choose_notebook, collect
-from .config import list_assignments, work_config
+from .config import list_assignments
 from .journal import atomic_write, digest, load_result, save_result
 from .options import GradingOptions
-from .protocol import Report
+from .releases import git_releases, release_history, update_releases
 from .repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 from .results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, OVERRIDES_FILE,
                       TIMESTAMP_SOURCE, Result, final_grades, read_overrides, write_grades_csv)
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
-           "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION"]
+           "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION", "SANDBOX_PREPROCESSORS"]
 
 DEMO_SUBMISSIONS = Path(__file__).resolve().parent / "demo" / "submissions"
 BASE_COLUMNS = GRADE_COLUMNS   # grades.csv's first columns (autograder.results)
 MAX_NOTEBOOK_BYTES = 20 * 2**20      # a lesson with its outputs is well under 5 MiB
 GRADER_VERSION = "3"                 # part of each job's digest: bump to regrade everything
-# No nbgrader AssignLatePenalties: late penalties are applied once, when results become grades
-# (autograder.results.final_grades, in `report`), from the term file; never in the gradebook.
-SANDBOX_PREPROCESSORS = [
-    "autograder.sandbox.SandboxedExecute", "nbgrader.preprocessors.IgnorePattern",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.CheckCellMetadata"]
 
 
 @dataclass
@@ -62,28 +52,7 @@ class _Job:
     review: list = field(default_factory=list)   # reasons found before or after the run
 
 
-def _status(report: dict, review: list, options: GradingOptions) -> str:
-    """The status of a graded submission from the harness report and the repair's findings."""
-    report = Report.from_dict(report) if isinstance(report, dict) else report
-    reasons = list(dict.fromkeys(review + report.reasons()))
-    if reasons:
-        return "needs manual review: " + "; ".join(reasons)
-    if report.timeouts:
-        return (f"timed out: {', '.join(report.timeouts[:6])} ran past the "
-                f"{options.cell_timeout} s limit per cell (scored as failed)")
-    return "graded"
-
-
 TAMPERING = "grader settings of"      # the repair note of a graded cell whose metadata was changed
-
-
-def _reason(text: str) -> str:
-    """The final exception of a traceback, one line: 'NbGraderException: ...' (200 chars)."""
-    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    starts = [i for i, ln in enumerate(lines) if re.match(r"^[\w.]+(Error|Exception): ", ln)]
-    picked = lines[starts[-1]:] if starts else lines[-1:]
-    reason = re.sub(r"^(\w+\.)+", "", " ".join(picked))   # a.b.NbGraderException -> NbGraderException
-    return (reason or "(no message)")[:200]
 
 
 class _Lesson:
@@ -108,8 +77,8 @@ class _Lesson:
         self.earlier = {}
         for n in self.names:
             now = release_cells(self.release[n])
-            found = _git_releases(root, assignment, n) + \
-                [r[n] for r in _release_history(work, assignment) if n in r]
+            found = git_releases(root, assignment, n) + \
+                [r[n] for r in release_history(work, assignment) if n in r]
             self.earlier[n] = [r for i, r in enumerate(found) if r != now and r not in found[:i]]
 
 
@@ -178,179 +147,6 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
     return job
 
 
-class _Grader:
-    """Runs nbgrader for one student at a time per thread, under the run's gradebook lock."""
-
-    def __init__(self, work: Path, out: Path, config, options: GradingOptions, run):
-        self.work, self.out, self.config, self.options = work, out, config, options
-        self.run = run             # the sandbox.GradingRun: its executor and gradebook lock
-        self.local = threading.local()
-        self.cluster = None        # a distributed.DaskExecutor, when the runs go to a cluster
-
-    def api(self) -> NbGraderAPI:
-        if not hasattr(self.local, "api"):   # one per thread: the API keeps per-call state
-            self.local.api = NbGraderAPI(config=self.config)
-        return self.local.api
-
-    def grade(self, job: _Job) -> Result:
-        res = job.result
-        report_file = sandbox.report_path(self.work / "reports", job.sub.assignment, job.sub.student)
-        report_file.unlink(missing_ok=True)
-        with self.run.lock:
-            try:
-                self._autograde(job)
-            except Exception as exc:   # one student's failure never stops the batch
-                res.status = f"needs manual review: grading failed ({_reason(str(exc))})"
-                res.retry = True
-        if self.cluster is not None:   # ...but losing the cluster does: nothing is committed
-            self.cluster.raise_if_stopped()
-        report = Report.read(report_file)
-        if res.status == "graded":
-            res.status = _status(report, job.review, self.options)
-        if report.retry:   # the harness failed, not the student: grade it again next run
-            res.retry = True
-        res.notes += [n for n in report.notes if n not in res.notes]
-        if report.capped:
-            res.notes.append(f"output capped in {len(report.capped)} cell(s) "
-                             f"({self.options.cell_output_kb} KiB per cell, "
-                             f"{self.options.notebook_output_kb} KiB per notebook)")
-        return res
-
-    def _autograde(self, job) -> None:
-        res, sub, api = job.result, job.sub, self.api()
-        dest = self.work / "submitted" / sub.student / sub.assignment
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        for name, nb in job.notebooks.items():
-            nbformat.write(nb, dest / name)
-        for rel, path in sub.data_files:   # within nbgrader's size limits (collect checked)
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest / rel)
-        auto = api.autograde(sub.assignment, sub.student, force=True, create=True)
-        if not auto["success"]:
-            res.status = "needs manual review: autograde failed: " + _reason(
-                auto.get("error") or auto.get("log"))
-            res.retry = True
-            (self.out / "logs").mkdir(exist_ok=True)
-            atomic_write(self.out / "logs" / f"{sub.student}.{sub.assignment}.log",
-                         f"{auto.get('log', '')}\n{auto.get('error', '')}")
-            return
-        with Gradebook(api.coursedir.db_url) as gb:
-            try:
-                submitted = gb.find_submission(sub.assignment, sub.student)
-            except MissingEntry:
-                res.status = "needs manual review: nbgrader recorded no grades"
-                return
-            res.score, res.max_score = float(submitted.score), float(submitted.max_score)
-            res.exercises = {g.name: float(g.score) for nb in submitted.notebooks
-                             for g in nb.grades}
-            if submitted.needs_manual_grade:
-                job.review.append("nbgrader marked cells for manual grading")
-        fb = api.generate_feedback(sub.assignment, sub.student, force=True)
-        if not fb["success"]:
-            res.notes.append("feedback failed: " + _reason(fb.get("error")))
-        src = self.work / "feedback" / sub.student / sub.assignment
-        dst = self.out / "feedback" / sub.student / sub.assignment
-        for html in sorted(src.glob("*.html")):
-            dst.mkdir(parents=True, exist_ok=True)
-            res.feedback.append(str(shutil.copyfile(html, dst / html.name)))
-
-
-def _history_path(work: Path, assignment: str) -> Path:
-    return work / "release" / f".{assignment}.history.json"
-
-
-def _release_history(work: Path, assignment: str) -> list:
-    """The assignment's releases into this DIR, oldest first: each {notebook: release_cells}."""
-    try:
-        history = json.loads(_history_path(work, assignment).read_text())
-    except (OSError, ValueError):
-        return []
-    return history if isinstance(history, list) else []
-
-
-def _git_releases(root: Path, assignment: str, name: str, limit: int = 30) -> list:
-    """The released notebook ``lessons/<assignment>/<name>`` as each of its last ``limit``
-    commits held it, oldest first, each as repair.release_cells: what students downloaded
-    before this DIR existed. [] when the course is not a git checkout (or git is missing)."""
-    import subprocess
-    rel = f"lessons/{assignment}/{name}"
-
-    def git(*args):
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60,
-                              check=True).stdout
-    try:
-        revs = git("log", f"-{limit}", "--format=%H", "--", rel).decode().split()
-    except (OSError, subprocess.SubprocessError):
-        return []
-    found = []
-    for rev in reversed(revs):
-        try:
-            found.append(release_cells(nbformat.reads(git("show", f"{rev}:{rel}").decode(),
-                                                      as_version=4)))
-        except Exception:   # noqa: BLE001 (a commit where the file was deleted or not JSON)
-            continue
-    return found
-
-
-def _record_release(work: Path, assignment: str) -> None:
-    """Append the assignment's current release to its history (when it differs from the last)."""
-    folder = work / "release" / assignment
-    if not folder.is_dir():
-        return
-    now = {p.name: release_cells(nbformat.read(p, as_version=4))
-           for p in sorted(folder.glob("*.ipynb"))}
-    history = _release_history(work, assignment)
-    if not history or history[-1] != now:
-        atomic_write(_history_path(work, assignment), json.dumps(history + [now], indent=1))
-
-
-def _forget_assignments(work: Path, assignments: list, db_url) -> None:
-    """Remove ``assignments`` (their notebooks, cells and submissions) from the gradebook.
-
-    nbgrader refuses to add, remove or change the cells of an assignment that has submissions
-    ("Cannot add or remove cells ... there are submissions"), so a lesson changed after a
-    batch could never be regraded into the same DIR. The journal (DIR/results/), not the
-    gradebook, is the record of every grade: a result whose lesson is unchanged is reused from
-    it, and every submission of a changed lesson is graded again, which recreates its rows.
-    """
-    config = work_config(work, db_url=db_url)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=SAWarning)
-        with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
-            for a in assignments:
-                try:
-                    gb.remove_assignment(a)
-                except MissingEntry:
-                    pass
-
-
-def _release(root: Path, work: Path, needed: list, db_url) -> None:
-    """Generate the release of each needed assignment, unless its source is unchanged.
-
-    A release replaced in this DIR is kept in the assignment's history (_release_history), so
-    that a notebook of an earlier release is not said to have deleted what was added since
-    (autograder.repair), and the assignment's stale rows leave the gradebook first
-    (_forget_assignments)."""
-    stale = []
-    for a in needed:
-        src = Path(root) / "solutions" / a
-        stamp = digest(*(p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()
-                         and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts))
-        mark = work / "release" / f".{a}.digest"
-        if not mark.is_file() or mark.read_text() != stamp + str(db_url):
-            stale.append((a, mark, stamp))
-    if stale:
-        for a, _, _ in stale:
-            _record_release(work, a)   # a release made before histories were kept
-        _forget_assignments(work, [a for a, _, _ in stale], db_url)
-        generate_release(root, [a for a, _, _ in stale], work, db_url)
-        for a, mark, stamp in stale:
-            _record_release(work, a)
-            atomic_write(mark, stamp + str(db_url))
-
-
 def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 options: GradingOptions = None, progress: bool = True, jobs: int = None,
                 force: bool = False, db_url=None, max_bytes: int = MAX_NOTEBOOK_BYTES,
@@ -392,7 +188,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     subs = sorted(collect(submissions, assignments, work / "incoming", names, max_bytes=max_bytes),
                   key=lambda s: (s.assignment, s.student))
     needed = sorted({s.assignment for s in subs if not s.problem})
-    _release(root, work, needed, db_url)
+    update_releases(root, work, needed, db_url)
     lessons = {a: _Lesson(work, a, root) for a in needed}
     overrides = read_overrides(out / OVERRIDES_FILE, {   # a bad row stops the run before any kernel
         (s.student, s.assignment): _maxima(lessons[s.assignment]) if s.assignment in lessons else {}
@@ -409,14 +205,9 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     internal = ids.internal_ids(job.sub.student for job in prepared)
     for job in prepared:
         job.sub = replace(job.sub, student=internal[job.sub.student])
-    config = work_config(work, options.cell_timeout, db_url)
-    config.Autograde.autograde_preprocessors = list(SANDBOX_PREPROCESSORS)
-    config.SandboxedExecute.options = options.as_dict()
-    config.SandboxedExecute.course_root = str(root)
-    config.SandboxedExecute.report_dir = str(work / "reports")
     run = sandbox.GradingRun(sandbox.LocalExecutor(root))
-    config.SandboxedExecute.run = run
-    grader = _Grader(work, out, config, options, run)
+    config = nbgrader_config(work, root, options, db_url, run)
+    grader = Grader(work, out, config, options, run)
     results, todo = {}, []
     for job in prepared:
         old = load_result(out, job.result.assignment, job.result.student)
@@ -458,7 +249,6 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             atomic_write(out / "isolation.txt", "".join(f"{n}\n" for n in noted))
 
     bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress)
-    saved_env = os.environ.get("NBGRADER_EXECUTION")   # nbgrader's autograde deletes it
     with warnings.catch_warnings():
         # nbgrader's gradebook code trips SQLAlchemy autoflush warnings; they say nothing of the class.
         warnings.filterwarnings("ignore", category=SAWarning)
@@ -482,10 +272,6 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             if grader.cluster is not None:
                 grader.cluster.close()
             os.chdir(cwd)
-            if saved_env is None:
-                os.environ.pop("NBGRADER_EXECUTION", None)
-            else:
-                os.environ["NBGRADER_EXECUTION"] = saved_env
         pool.shutdown()
     _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
     _write_report(root, out, prepared, lessons, term)

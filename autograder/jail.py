@@ -39,6 +39,9 @@ COURSE_MOUNT = "/opt/course"        # mlexp is mounted at COURSE_MOUNT/mlexp
 DATA_MOUNT = "/opt/mlexp-data"
 CACHE_MOUNT = "/opt/mlexp-cache"
 UID_RANGE = (2_000_000, 2_100_000)  # per-submission uids when the grader runs as root
+# The one cache of this module, kept for the whole process on purpose: what bubblewrap can do on
+# this machine (probe(), which starts a sandbox) is the same for every grading run, and a run
+# that races another can only fill it with the same answer. Written once, then only read.
 _PROBE = {}
 
 
@@ -51,7 +54,7 @@ def _bwrap():
     return shutil.which("bwrap")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)   # a fact about the installed bubblewrap, as _PROBE
 def _supports(option: str) -> bool:
     """Whether this bubblewrap knows ``option`` (``--disable-userns`` came in 0.8)."""
     try:

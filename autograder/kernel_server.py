@@ -1,25 +1,26 @@
 """The kernel side of the grader's channel: a server answering the harness's requests.
 
-:class:`KernelServer` runs inside the student's kernel. The harness (autograder.harness
-``KernelLink.install``) sends this module's source, after the codec's (:mod:`autograder.wire`),
-into the kernel as ``sys.modules["_autograder_wire"]``, where one server answers each request
-cell (``kernel_request``) with a display message of type :data:`WIRE_MIME`. It is part of the
-untrusted side: a student may replace it, which can only change the values of the student's own
-names, never a test. Requests and replies are the kernel contract of :mod:`autograder.protocol`.
-A server built here on the trusted side (the in-process dry run, :mod:`autograder.dryrun`) answers
-from a namespace it is given, with tables of its own.
+:class:`KernelServer` runs inside the student's kernel. The harness (autograder.calls
+``KernelLink.install``) sends this module's source, after the codec's (:mod:`autograder.wire` and
+its parts), into the kernel as ``sys.modules["_autograder_wire"]``, where one server answers
+each request cell (``kernel_request``) with a display message of type :data:`WIRE_MIME`. It is
+part of the untrusted side: a student may replace it, which can only change the values of the
+student's own names, never a test. Requests and replies are the kernel contract of
+:mod:`autograder.protocol`. A server built here on the trusted side (the in-process dry run,
+:mod:`autograder.dryrun`) answers from a namespace it is given, with tables of its own.
 """
 import builtins
 import json
 import sys
 
 if __package__:   # on the trusted side; in the kernel the codec's source runs ahead of this one
-    from .wire import WIRE_MIME, WireError, _SURROGATE, decode, encode, visible
+    from .wire import WIRE_MIME, WireError, decode, encode, visible
+    from .wire_format import _SURROGATE
 
 __all__ = ["KernelServer", "kernel_safe_messages"]
 
-_IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}
-_KERNEL_MANAGED = {"input", "raw_input", "getpass"}    # the kernel swaps these at every execution
+_IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
+_KERNEL_MANAGED = frozenset({"input", "raw_input", "getpass"})   # swapped at every execution
 
 
 def _user_ns():

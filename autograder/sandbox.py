@@ -129,10 +129,6 @@ class GradingRun:
             return self.executor(nb, data_dir, options, label)
         finally:
             self.lock.acquire()
-            # nbgrader's setenv() deletes NBGRADER_EXECUTION after this step whatever was there
-            # before (and fails when it is gone); with several students in flight another one
-            # may have deleted it already. nbgrader's own process-wide setting: put it back.
-            os.environ["NBGRADER_EXECUTION"] = "autograde"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -236,7 +232,7 @@ def _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd,
         nbformat.write(nb, spec.input)
         spec.write(job / "job.json")
         log = open(job / "harness.log", "wb")
-        proc = subprocess.Popen(harness_command(job / "job.json"),
+        proc = subprocess.Popen(harness_command(job / "job.json"), env=_harness_env(mode),
                                 cwd=job, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_limit_harness if os.name == "posix" else None)
@@ -268,6 +264,13 @@ def _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd,
 def harness_command(job_file: Path) -> list:
     """The command line of one harness process for the job described in ``job_file``."""
     return [sys.executable, "-m", "autograder.harness", str(job_file)]
+
+
+def _harness_env(mode: str) -> dict:
+    """The harness's environment: this process's, with NBGRADER_EXECUTION the job's ``mode``
+    (what nbgrader's autograde once put into this whole process while a notebook ran; the grader
+    never writes it there: autograde.SandboxedAutograde)."""
+    return {**os.environ, "NBGRADER_EXECUTION": mode}
 
 
 def _limit_harness():

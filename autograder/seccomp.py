@@ -55,6 +55,7 @@ CLONE_NEWUSER = 0x10000000
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 PER_LINUX, PER_LINUX32, PERSONALITY_QUERY = 0x0000, 0x0008, 0xFFFFFFFF
 
+# Constant tables (built at import, never written after):
 # name -> (x86_64 number, aarch64 number), from the kernel's tables named above.
 _NUMBERS = {"unshare": (272, 97), "setns": (308, 268), "clone": (56, 220), "clone3": (435, 435),
             "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),

@@ -1,7 +1,7 @@
 """Regrading into the same DIR after the lesson changed: a test added, one reworded, one removed.
 
 nbgrader refuses to change the cells of an assignment that has submissions; the grader brings
-the gradebook up to date instead (autograder.grade._forget_assignments), grades every
+the gradebook up to date instead (autograder.releases.forget_assignments), grades every
 submission of the changed lesson again (its digest holds the lesson's content) and tells a
 student whose notebook predates the change so, instead of saying they deleted or edited a test
 (autograder.repair with the lesson's release history).
