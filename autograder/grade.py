@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from . import ids, sandbox
 from .autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
 from .cells import grade_id_of, is_graded, nbgrader_meta
-from .collect import choose_notebook, collect
+from .collect import DEFAULT_MAX_BYTES, choose_notebook, collect
 from .config import list_assignments
 from .journal import atomic_write, digest, load_result, save_result
 from .options import GradingOptions
@@ -40,7 +40,7 @@ __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIO
 
 DEMO_SUBMISSIONS = Path(__file__).resolve().parent / "demo" / "submissions"
 BASE_COLUMNS = GRADE_COLUMNS   # grades.csv's first columns (autograder.results)
-MAX_NOTEBOOK_BYTES = 20 * 2**20      # a lesson with its outputs is well under 5 MiB
+MAX_NOTEBOOK_BYTES = DEFAULT_MAX_BYTES   # GradingOptions.max_size_mb (--max-size), in bytes
 GRADER_VERSION = "3"                 # part of each job's digest: bump to regrade everything
 
 
@@ -55,9 +55,12 @@ class _Job:
 TAMPERING = "grader settings of"      # the repair note of a graded cell whose metadata was changed
 
 
-class _Lesson:
-    """One assignment as released: notebook names, release notebooks, instructor test sources,
-    and the earlier releases of each notebook (so an old notebook is not blamed for changes)."""
+class _Release:
+    """One assignment as released, which its submissions are graded against: notebook names,
+    release notebooks, instructor test sources, and the earlier releases of each notebook (so an
+    old notebook is not blamed for changes). Not the course's lesson
+    (:class:`autograder.course.Lesson`) nor a graded DIR's release as insights reads it
+    (:class:`autograder.insights.ReleasedLesson`)."""
 
     def __init__(self, work: Path, assignment: str, root: Path):
         release, source = work / "release" / assignment, work / "source" / assignment
@@ -189,7 +192,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                   key=lambda s: (s.assignment, s.student))
     needed = sorted({s.assignment for s in subs if not s.problem})
     update_releases(root, work, needed, db_url)
-    lessons = {a: _Lesson(work, a, root) for a in needed}
+    lessons = {a: _Release(work, a, root) for a in needed}
     overrides = read_overrides(out / OVERRIDES_FILE, {   # a bad row stops the run before any kernel
         (s.student, s.assignment): _maxima(lessons[s.assignment]) if s.assignment in lessons else {}
         for s in subs})
