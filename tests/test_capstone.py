@@ -131,6 +131,7 @@ def test_pareto_front_by_hand():
     assert pareto_front([(1, 0.1), (2, 0.2), (3, 0.3)]) == [0, 1, 2]
 
 
+@pytest.mark.slow   # one of the slowest fast tests: left out of make test-fast (under 3 min); make test runs it
 def test_train_and_score_tiny_run():
     d = lesson_designs(2, placements=(1,), windows=(4,))
     r = train_and_score(d["hybrid_at_1"], TINY, seed=0)
