@@ -7,7 +7,8 @@ Each run is ``mlexp.capstone.train_and_score`` at the lesson's sizes (``Capstone
 only ``lr`` changed, in its own process with one torch thread and deterministic algorithms. The
 file gets one entry per (design, rate): its accuracies, final loss, training seconds and loss
 curve (every step), plus the sweep's wall and CPU time, the load average and the date, so the
-lesson can state what the sweep cost. The file is rewritten after every run, and an existing
+lesson can state what the sweep cost: ``wall_seconds`` and ``cpu_seconds`` are summed over the
+calls that built the file, and ``calls`` lists each call's own share. The file is rewritten after every run, and an existing
 file's runs are kept (``--resume`` skips them), so a sweep cut short keeps what finished.
 ``--grading`` runs the token size the grader uses (2 steps, 2 evaluation sequences), to check the
 tool in seconds; its numbers mean nothing.
@@ -74,10 +75,11 @@ def main(argv=None) -> int:
     data.setdefault("cpu_seconds", 0.0)
     data["load_before"] = round(os.getloadavg()[0], 2)
     start = time.perf_counter()
+    order = list(lesson_designs())           # the file lists the runs in the lesson's order of designs
 
     def save():
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        data["runs"] = sorted(runs, key=lambda r: (args.designs.index(r["name"]) if r["name"] in args.designs else 99, r["lr"]))
+        data["runs"] = sorted(runs, key=lambda r: (order.index(r["name"]) if r["name"] in order else len(order), r["lr"]))
         data["wall_seconds_this_call"] = round(time.perf_counter() - start, 1)
         data["cpu_seconds_this_call"] = round(kids.ru_utime + kids.ru_stime, 1)
         data["load_after"] = round(os.getloadavg()[0], 2)
@@ -91,9 +93,15 @@ def main(argv=None) -> int:
             print(f"{r['name']:12s} lr {r['lr']:.0e}: MQAR {r['mqar_mean']:.3f} overwrite {r['overwrite_mean']:.3f} "
                   f"loss {r['loss']:.3f} ({r['seconds']:.0f} s)", flush=True)
             save()
-    data["wall_seconds"] = round(data["wall_seconds"] + time.perf_counter() - start, 1)
+    wall = time.perf_counter() - start
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    data["cpu_seconds"] = round(data["cpu_seconds"] + kids.ru_utime + kids.ru_stime, 1)
+    cpu = kids.ru_utime + kids.ru_stime
+    data["wall_seconds"] = round(data["wall_seconds"] + wall, 1)
+    data["cpu_seconds"] = round(data["cpu_seconds"] + cpu, 1)
+    data.setdefault("calls", []).append(dict(
+        designs=sorted({n for n, _ in plan}, key=args.designs.index), runs=len(plan), jobs=args.jobs,
+        wall_seconds=round(wall, 1), cpu_seconds=round(cpu, 1), load_before=data["load_before"],
+        date=datetime.date.today().isoformat()))
     save()
     return 0
 
