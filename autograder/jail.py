@@ -246,7 +246,7 @@ def probe() -> dict:
     installed), "bubblewrap" (it cannot run: user namespaces refused, ...) or "layout" (it ran,
     but this Python or its packages were not visible inside it)."""
     if _PROBE:
-        return _PROBE
+        return dict(_PROBE)       # a copy: a caller cannot change the answer the next one gets
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     cause = ""
     if not sys.platform.startswith("linux"):
@@ -274,7 +274,7 @@ def probe() -> dict:
             except (OSError, subprocess.TimeoutExpired) as exc:
                 cause, why = "bubblewrap", f"bubblewrap cannot run here: {type(exc).__name__}: {exc}"
     _PROBE.update(ok=not why, why=why, as_root=as_root, cause=cause)
-    return _PROBE
+    return dict(_PROBE)
 
 
 def apply_limits(limits: dict) -> None:
