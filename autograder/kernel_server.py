@@ -80,6 +80,7 @@ def _parameter_names(fn, n: int) -> list:
 
 WATCHED_MODULES = ("builtins", "math", "operator", "functools", "cmath", "statistics", "json",
                    "numpy", "torch", "torch.nn.functional", "torch.linalg", "mlexp", "mlexp.ops",
+                   "mlexp.rules",   # its watcher measures the student's call: the rules' evidence
                    "IPython.display", "IPython.core.display_functions")
 
 
@@ -136,19 +137,33 @@ def _install_dirs():
 def _from_notebook(obj) -> bool:
     """True when ``obj`` was written in the notebook (its code is not part of the Python
     installation, its libraries or mlexp): what a library does to itself on import, such as
-    matplotlib's own IPython hooks or torch re-wrapping torch.manual_seed, is not the student's."""
+    matplotlib's own IPython hooks or torch re-wrapping torch.manual_seed, is not the student's.
+    A wrapper counts as written where any layer of it was: partials, bound methods and the
+    ``__wrapped__`` chain that ``functools.wraps`` leaves (a ``contextlib.contextmanager`` made in
+    the notebook is a function of contextlib wrapping the notebook's generator)."""
     import functools
-    import os
-    for _ in range(8):   # unwrap partials and bound methods
+    for _ in range(8):   # unwrap partials, bound methods and functools.wraps layers
+        if _written_here(obj):
+            return True
         if isinstance(obj, functools.partial):
             obj = obj.func
         elif hasattr(obj, "__func__"):
             obj = obj.__func__
+        elif callable(getattr(obj, "__wrapped__", None)):
+            obj = obj.__wrapped__
         else:
-            break
+            return False
+    return True    # wrapped deeper than any library does
+
+
+def _written_here(obj) -> bool:
+    """``obj`` itself (not what it wraps) was written in the notebook."""
+    import os
     code = getattr(obj, "__code__", None)
     if code is not None:
         return not os.path.realpath(code.co_filename).startswith(_install_dirs())
+    if isinstance(obj, __import__("functools").partial) or hasattr(obj, "__func__"):
+        return False    # a wrapper of the interpreter: what it holds is looked at next
     cls = obj if isinstance(obj, type) else type(obj)
     if cls.__module__ in ("builtins", "functools"):
         return False    # a function of the interpreter itself

@@ -106,6 +106,19 @@ SILENCE_HIDDEN = ("import sys\n"      # found without naming it, and wrapped: on
                   "        return m._publish({'value': []})\n"
                   "    return real(text)\n"
                   "m.kernel_request = fake\n")
+RULES_PATCH = ("import mlexp.rules\n"     # the watcher made to under-report what a call built
+               "real = mlexp.rules.watching\n"
+               "def quiet(*a, real=real, **k):\n"
+               "    return real(*a, **k)\n"
+               "mlexp.rules.watching = quiet\n")
+RULES_PATCH_CM = ("import contextlib, mlexp.rules\n"   # the same through a library's wrapper
+                  "real = mlexp.rules.watching\n"
+                  "@contextlib.contextmanager\n"
+                  "def quiet(forbid=()):\n"
+                  "    with real(forbid) as trace:\n"
+                  "        yield trace\n"
+                  "    trace.largest = min(trace.largest, 1000)\n"
+                  "mlexp.rules.watching = quiet\n")
 HONEST = ("import torch\nimport matplotlib.pyplot as plt\n"
           "plt.plot(torch.arange(3.).tolist())\nplt.show()\n")
 
@@ -180,3 +193,16 @@ def test_only_capped_places_are_writable_and_no_nested_user_namespace(tmp_path):
     for path in ("/etc/x", "/var/tmp/x", "/dev/x", "/x"):
         assert result[path] != "written", result
     assert result["userns"] == "refused", result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("patch", [RULES_PATCH, RULES_PATCH_CM], ids=["function", "contextmanager"])
+def test_a_replaced_rules_watcher_is_flagged(tmp_path, patch):
+    """mlexp.rules measures a student's call inside the student's kernel (ops, largest tensor,
+    watched functions): replacing its functions from the notebook is reported as tampering."""
+    cells = [nbformat.v4.new_code_cell(patch),
+             _test("test_rules", 1, "import mlexp.rules\nassert callable(mlexp.rules.watching)")]
+    executed, report = run_submission(nbformat.v4.new_notebook(cells=cells), tmp_path,
+                                      GradingOptions(cell_timeout=60))
+    assert not report["kernel"], report
+    assert "mlexp.rules.watching" in report["tampered"], report
