@@ -57,7 +57,8 @@ def _watch_list(nb) -> list:
     for mod, pattern in (("numpy", r"\bnumpy\b|\bnp\."), ("torch", r"\btorch\b"),
                          ("torch.nn.functional", r"\bF\.|functional"),
                          ("matplotlib.pyplot", r"matplotlib|plt\."),
-                         ("mlexp", r"\bmlexp\b"), ("mlexp.ops", r"mlexp\.ops")):
+                         ("mlexp", r"\bmlexp\b"), ("mlexp.ops", r"mlexp\.ops"),
+                         ("mlexp.rules", r"\bmlexp\b")):   # its audit hook is then in place before any student cell
         if re.search(pattern, text):
             wanted.append(mod)
     return wanted

@@ -7,8 +7,11 @@ while it runs, where it runs, never by reading its source:
 
 - :func:`watching` records every Python function entered from a watched module (a ``sys``
   profile hook, so an alias such as ``from mlexp.ops import linear_attention as f`` is caught
-  too), counts the torch operations run and notes the largest tensor one of them returned (a
-  :class:`torch.overrides.TorchFunctionMode`);
+  too); counts the torch operations run and notes the largest tensor one of them took or
+  returned (a :class:`torch.overrides.TorchFunctionMode`); counts the lines of the notebook's
+  own Python run (a ``sys`` trace hook, so a Python loop is seen even where it runs numpy or no
+  torch at all); and notes what would take the work out of its sight (see
+  :attr:`Trace.escaped`: torch's function handling switched off, another thread or process);
 - :func:`call` runs a function under :func:`watching` and returns ``(result, Trace)``. For a
   grader's proxy of a student function (it has ``_watched_call``, see autograder.harness) the
   watching happens in the student's kernel, where the function runs, and the trace comes back as
@@ -16,43 +19,75 @@ while it runs, where it runs, never by reading its source:
 - :func:`write_it_yourself`, :func:`no_loop` and :func:`bounded` turn a broken rule into the
   test's ``AssertionError("Hint: this exercise asks you to write it yourself ...")``.
 
-The trace only says which watched functions ran, how many torch operations and how many elements
-the largest tensor they returned holds; it never reports values, so it can be shown to a student
-as it is.
+The trace only says which watched functions ran, how many operations and lines ran, how many
+elements the largest tensor held and what escaped the watch; it never reports values, so it can
+be shown to a student as it is.
+
+What the watch cannot see. It runs in the student's own process, so it is evidence, not proof:
+the tamper report (autograder.kernel_server) catches code that replaces the watcher itself, and
+a loop that runs inside C code (``functools.reduce``, ``itertools``) with torch's function
+handling switched off by C code too (``torch._C._disabled_torch_function_impl``), or work handed
+to another thread or process through a library that the watch does not know, is not seen. Where a rule can be checked by its physical consequence
+instead (a chunkwise form must run at a length whose T x T matrix fits in no memory), the
+lesson's test does that as well.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import sysconfig
+import threading
+import time
 from dataclasses import dataclass, field
 
 __all__ = ["Trace", "watching", "call", "write_it_yourself", "no_loop", "bounded", "digest", "RULE_HINT"]
 
 RULE_HINT = "this exercise asks you to write it yourself"
 MAX_USED = 8
+IDLE_CPU_S = 0.0002     # CPU seconds another thread may use during a watched call (a pool's idle wake-ups)
 
 
 @dataclass
 class Trace:
-    """What one watched call did: the watched entry points it entered (``"module.function"``,
-    with ``impl=...`` when the function has that argument), the number of torch operations, and
-    ``largest``, the most elements (``numel``) of one tensor that a torch operation returned (a
-    view counts as its own shape; the call's arguments count only if an operation returns them)."""
+    """What one watched call did.
+
+    - ``used``: the watched entry points it entered (``"module.function"``, with ``impl=...``
+      when the function has that argument);
+    - ``ops``: torch operations as the code called them (``torch.matmul``, ``@``, ``x.tril()``);
+    - ``largest``: the most elements (``numel``) of one tensor an operation took or returned (a
+      view counts as its own shape);
+    - ``lines``: lines of Python run in the notebook's own code (not in a library's);
+    - ``escaped``: what took part of the call out of the watch's sight, in words ("started a
+      thread", "switched off torch's function handling", ...); empty for plain code.
+    """
     used: list = field(default_factory=list)
     ops: int = 0
     largest: int = 0
+    lines: int = 0
+    escaped: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"used": list(self.used)[:MAX_USED], "ops": int(self.ops), "largest": int(self.largest)}
+        return {"used": list(self.used)[:MAX_USED], "ops": int(self.ops), "largest": int(self.largest),
+                "lines": int(self.lines),
+                "escaped": [str(e)[:120] for e in self.escaped[:MAX_USED]]}
 
     @classmethod
     def from_dict(cls, data) -> "Trace":
         if not isinstance(data, dict):
             raise ValueError("no trace")
-        used = data.get("used") if isinstance(data.get("used"), list) else []
-        ops = data.get("ops") if type(data.get("ops")) is int else 0
-        largest = data.get("largest") if type(data.get("largest")) is int else 0
-        return cls([str(u)[:120] for u in used[:MAX_USED]], ops, largest)
+
+        def count(key):
+            return data.get(key) if type(data.get(key)) is int else 0
+
+        def names(key):
+            items = data.get(key) if isinstance(data.get(key), list) else []
+            return [str(u)[:120] for u in items[:MAX_USED]]
+        return cls(names("used"), count("ops"), count("largest"), count("lines"), names("escaped"))
+
+    def _escape(self, what: str) -> None:
+        if what not in self.escaped and len(self.escaped) < MAX_USED:
+            self.escaped.append(what)
 
 
 def _watched(module: str, forbid) -> bool:
@@ -79,28 +114,166 @@ def _entry_name(frame, forbid) -> str:
     return f"{name}(impl={impl!r})" if isinstance(impl, str) else name
 
 
+# The watches running now, as (thread, trace). A process-wide audit hook (added once, when this
+# module is imported; Python has no way to remove one) reports into them what the watched thread
+# does that the watch cannot otherwise see: its trace or profile hook replaced.
+_ACTIVE: list = []
+_ESCAPES = {"sys.settrace": "replaced the interpreter's trace hook",
+            "sys.setprofile": "replaced the interpreter's profile hook"}
+
+
+def _audit(event, _args):
+    if not _ACTIVE or event not in _ESCAPES:
+        return
+    if sys._getframe(1).f_code.co_filename == __file__:
+        return                                         # the watch setting or restoring its own hooks
+    me = threading.get_ident()
+    for thread, trace in list(_ACTIVE):
+        if thread == me:
+            trace._escape(_ESCAPES[event])
+
+
+sys.addaudithook(_audit)
+
+
+def _on_stack(mode) -> bool:
+    import torch
+    return any(torch._C._get_function_stack_at(i) is mode for i in range(torch._C._len_torch_function_stack()))
+
+
+def _starters() -> dict:
+    """The builtins that start work a watch cannot follow, with what to call it: a new thread has
+    torch modes and ``sys`` hooks of its own, a new process is another interpreter."""
+    import _thread
+    found = {_thread.start_new_thread: "started a thread"}
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve"):
+        if hasattr(os, name):
+            found[getattr(os, name)] = "started a process"
+    try:
+        import _posixsubprocess
+        found[_posixsubprocess.fork_exec] = "started a process"
+    except (ImportError, AttributeError):
+        pass
+    return found
+
+
+class _Sources:
+    """Which code is the notebook's own: a file outside the Python installation's library folders
+    and mlexp (a cell's code, which ipykernel compiles into a file under the kernel's temporary
+    folder, or a module the student wrote), or code compiled from a string (``exec``, a
+    dataclass's generated methods: the few lines of the latter do not grow with a sequence)."""
+
+    def __init__(self):
+        paths = sysconfig.get_paths()
+        roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+        roots.add(os.path.dirname(os.path.abspath(__file__)))
+        self.roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+        self.known = {}
+
+    def own(self, filename: str) -> bool:
+        mine = self.known.get(filename)
+        if mine is None:
+            if filename.startswith("<"):
+                mine = not filename.startswith("<frozen")
+            else:
+                mine = not os.path.realpath(filename).startswith(self.roots)
+            self.known[filename] = mine
+        return mine
+
+
+def _handoffs() -> dict:
+    """The code of the functions that hand work to another thread or process (an executor's
+    ``submit``, a pool's ``apply_async``, a queue's ``put``, an event's ``set``), by code object,
+    for those of their modules already imported. A call to one counts when the notebook's own
+    code makes it (a library may use them for itself: ipykernel when a cell prints)."""
+    found = {}
+    wanted = {"concurrent.futures._base": ("Executor.map",),
+              "concurrent.futures.thread": ("ThreadPoolExecutor.submit",),
+              "concurrent.futures.process": ("ProcessPoolExecutor.submit",),
+              "multiprocessing.pool": ("Pool.apply", "Pool.apply_async", "Pool.map", "Pool.starmap", "Pool._map_async",
+                                      "Pool.imap", "Pool.imap_unordered"),
+              "multiprocessing.queues": ("Queue.put", "SimpleQueue.put"),
+              "multiprocessing.connection": ("_ConnectionBase.send", "_ConnectionBase.send_bytes"),
+              "queue": ("Queue.put",),
+              "threading": ("Event.set", "Condition.notify", "Semaphore.release", "Barrier.wait")}
+    for modname, names in wanted.items():
+        module = sys.modules.get(modname)
+        for name in names:
+            owner, _, attr = name.partition(".")
+            code = getattr(getattr(getattr(module, owner, None), attr, None), "__code__", None)
+            if code is not None:
+                found[code] = "handed work to another thread or process"
+    return found
+
+
+# The builtin methods that do the same (called from the notebook's code: importing a module inside
+# a function releases import locks too, from importlib's code).
+_HANDOFF_BUILTINS = frozenset({"SimpleQueue.put", "SimpleQueue.put_nowait", "lock.release", "RLock.release"})
+
+
+_POOLS = ("concurrent.futures", "multiprocessing", "joblib")   # whose threads run work handed to them
+
+
+def _thread_clocks(sources: _Sources) -> dict:
+    """CPU seconds used so far by each other thread that could be doing the notebook's work: a
+    thread running the notebook's own code, and the threads of a thread or process pool. Empty
+    where the OS gives no per-thread clock."""
+    clocks = {}
+    for thread in threading.enumerate():
+        if thread.ident == threading.get_ident():
+            continue
+        target, run = getattr(thread, "_target", None), getattr(type(thread), "run", None)
+        modules = [getattr(f, "__module__", None) or "" for f in (target, type(thread))]
+        codes = [getattr(f, "__code__", None) for f in (target, run)]
+        if not (any(m.startswith(_POOLS) for m in modules)
+                or any(c is not None and sources.own(c.co_filename) for c in codes)):
+            continue
+        try:
+            clocks[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (AttributeError, OSError):
+            pass
+    return clocks
+
+
 @contextlib.contextmanager
 def watching(forbid=()):
     """Watch the code run inside the block; yields the :class:`Trace` it fills.
 
     ``forbid``: module names (``"mlexp.ops"``, ``"mlexp.kvcache"``); a function of such a module
-    (or of a module inside it) entered from code outside them is recorded as used.
+    (or of a module inside it) entered from code outside them is recorded as used. Runs in the
+    calling thread; a thread or process started inside the block, the notebook's code running
+    in another thread meanwhile, or the block replacing the trace or profile hook is recorded
+    in ``escaped``.
     """
     import torch
     from torch.overrides import TorchFunctionMode
 
     forbid = tuple(str(m) for m in forbid)
     trace = Trace()
+    sources, starters, handoffs = _Sources(), _starters(), _handoffs()
 
     class Count(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             trace.ops += 1
             result = func(*args, **(kwargs or {}))
-            trace.largest = max(trace.largest, _elements(result))
+            trace.largest = max(trace.largest, _elements(result), _elements(args))
             return result
 
-    def profile(frame, event, _arg):
-        if event != "call" or len(trace.used) >= MAX_USED:
+    def profile(frame, event, arg):
+        if event == "c_call":
+            try:
+                started = starters.get(arg)
+            except TypeError:
+                started = None
+            if started:
+                trace._escape(started)
+            elif getattr(arg, "__qualname__", "") in _HANDOFF_BUILTINS and sources.own(frame.f_code.co_filename):
+                trace._escape("handed work to another thread or process")
+            return
+        if event == "call" and frame.f_code in handoffs and frame.f_back is not None \
+                and sources.own(frame.f_back.f_code.co_filename):
+            trace._escape(handoffs[frame.f_code])          # called by the notebook's code, not a library's
+        if event != "call" or not forbid or len(trace.used) >= MAX_USED:
             return
         module = frame.f_globals.get("__name__", "")
         if not _watched(module, forbid):
@@ -115,15 +288,41 @@ def watching(forbid=()):
         if name not in trace.used:
             trace.used.append(name)
 
-    old = sys.getprofile()
-    if forbid:
-        sys.setprofile(profile)
+    def line(frame, event, _arg):
+        if event == "line":
+            trace.lines += 1
+            if not (modes_on() and _on_stack(count)):   # the notebook's code never runs inside the mode
+                trace._escape("switched off torch's function handling")
+        return line
+
+    def tracer(frame, event, _arg):
+        if event == "call" and sources.own(frame.f_code.co_filename):
+            return line
+        return None
+
+    count, modes_on = Count(), torch._C._is_torch_function_mode_enabled
+    old_profile, old_trace = sys.getprofile(), sys.gettrace()
+    clocks = _thread_clocks(sources)
+    sys.setprofile(profile)
+    sys.settrace(tracer)
+    _ACTIVE.append(watch := (threading.get_ident(), trace))
     try:
-        with Count():
+        with count:
             yield trace
     finally:
-        if forbid:
-            sys.setprofile(old)
+        after = _thread_clocks(sources)
+        if any(after.get(ident, spent) - spent > IDLE_CPU_S for ident, spent in clocks.items()):
+            trace._escape("ran work in another thread")
+        _ACTIVE.remove(watch)
+        if sys.gettrace() is not tracer:
+            trace._escape("replaced the interpreter's trace hook")
+        if sys.getprofile() is not profile:
+            trace._escape("replaced the interpreter's profile hook")
+        sys.settrace(old_trace)
+        try:
+            sys.setprofile(old_profile)
+        except TypeError:                              # a C profiler (cProfile): Python cannot put it back
+            sys.setprofile(None)
 
 
 def call(fn, *args, forbid=(), **kwargs):
@@ -159,6 +358,10 @@ def write_it_yourself(fn, *args, forbid, instead: str = "", **kwargs):
 
 
 def _refuse(fn, trace, forbid, instead):
+    if trace.escaped:
+        raise AssertionError(f"Hint: the test could not watch {_name(fn)} run: it {' and '.join(trace.escaped[:2])}. "
+                             "The exercise's rule is checked by watching the function do its work here, in the "
+                             "calling thread: write it as plain code that computes its result itself.")
     if trace.used:
         raise AssertionError(f"Hint: {RULE_HINT}: {_name(fn)} called {', '.join(trace.used[:3])}. "
                              + (instead or f"Write it without {', '.join(forbid)}") + "; the library "
@@ -166,17 +369,23 @@ def _refuse(fn, trace, forbid, instead):
 
 
 def no_loop(fn, make_args, *, over: str = "t", lengths=(8, 32), forbid=(), instead: str = ""):
-    """Fail with the rule's hint when ``fn`` runs more torch operations for a longer sequence:
-    the sign of a Python loop over ``over`` (a vectorised form runs the same operations at any
-    length). ``make_args(T)``: the arguments for length T. ``forbid`` is checked on each call as
-    by :func:`write_it_yourself`. Returns the results, one per length."""
-    results, counts = [], []
+    """Fail with the rule's hint when ``fn`` does more steps for a longer sequence: the sign of a
+    Python loop over ``over`` (a vectorised form runs the same operations at any length).
+    ``make_args(T)``: the arguments for length T. ``forbid`` is checked on each call as by
+    :func:`write_it_yourself`. Returns the results, one per length.
+
+    Two counts are compared between the shortest and the longest length: torch operations (any
+    growth fails) and lines of the notebook's Python run (a growth of at least half the extra
+    tokens fails: a loop over them runs one or more per token)."""
+    results, traces = [], []
     for T in lengths:
         result, trace = call(fn, *make_args(T), forbid=forbid)
         _refuse(fn, trace, forbid, "")
         results.append(result)
-        counts.append(trace.ops)
-    if counts[-1] > counts[0]:
+        traces.append(trace)
+    first, last = traces[0], traces[-1]
+    extra = max(1, (lengths[-1] - lengths[0]) // 2)
+    if last.ops > first.ops or last.lines - first.lines >= extra:
         raise AssertionError(f"Hint: {RULE_HINT} without a Python loop over {over}: {_name(fn)} runs "
                              f"more torch operations the longer the sequence (a loop over {over}). "
                              + (instead or "Use whole-tensor operations over the sequence") + ".")
@@ -184,8 +393,8 @@ def no_loop(fn, make_args, *, over: str = "t", lengths=(8, 32), forbid=(), inste
 
 
 def bounded(fn, *args, limit: int, bound: str, forbid=(), instead: str = "", **kwargs):
-    """``fn(*args, **kwargs)``; fails with the rule's hint when a torch operation inside it
-    returned a tensor of more than ``limit`` elements: the sign that the work is not bounded the
+    """``fn(*args, **kwargs)``; fails with the rule's hint when a torch operation inside it took
+    or returned a tensor of more than ``limit`` elements (:attr:`Trace.largest`): the sign that the work is not bounded the
     way the exercise asks (a whole T x T score matrix where chunks of C tokens were asked for).
 
     Only the sizes are measured, never the values, so an exact answer that computes too much is

@@ -518,6 +518,23 @@ CHUNK_FULL_MASK = CHUNK_DEF + """    B, H, T, D_k = q.shape
     return torch.cat(out, dim=2)
 """
 CHUNK_BOUND = "as large as the whole sequence"
+# The same T x T product out of the torch watch's sight (issue 28): in numpy, with torch's function handling
+# switched off, or handed to a thread pool made before the call. The first fails by its consequence (at the long
+# sequence no T x T matrix fits in memory), the others because the watch sees what left it.
+CHUNK_NUMPY_SQUARE = CHUNK_DEF + """    import numpy as np
+    scores = np.tril(q.numpy() @ np.swapaxes(k.numpy(), -1, -2))          # (B, H, T, T) in numpy
+    return torch.from_numpy(scores @ v.numpy())
+"""
+CHUNK_DISABLED_SQUARE = CHUNK_DEF + """    with torch._C.DisableTorchFunction():
+        return (q @ k.transpose(-1, -2)).tril() @ v
+"""
+CHUNK_POOLED_SQUARE = """import concurrent.futures
+POOL = concurrent.futures.ThreadPoolExecutor(1)
+
+
+""" + CHUNK_DEF + """    return POOL.submit(lambda: (q @ k.transpose(-1, -2)).tril() @ v).result()
+"""
+CHUNK_WATCH = "the test could not watch chunkwise_linear_attention run"
 
 
 def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False):
@@ -562,6 +579,9 @@ CASES += [
     l03_chunk("chunks, but the T x T scores computed first", ("out = []", "full = q @ k.transpose(-1, -2)              # (B, H, T, T)\n    out = []"),
               (CHUNK_MASK, "scores = full[:, :, start:start + chunk_size, start:start + chunk_size].tril()"), hint=CHUNK_BOUND),
     l03_chunk("chunks, but a T x T mask sliced per chunk", source=CHUNK_FULL_MASK, hint=CHUNK_BOUND),
+    l03_chunk("whole T x T product in numpy", source=CHUNK_NUMPY_SQUARE, hint=CHUNK_BOUND),
+    l03_chunk("whole T x T product, torch function handling off", source=CHUNK_DISABLED_SQUARE, hint=CHUNK_WATCH),
+    l03_chunk("whole T x T product in a thread pool", source=CHUNK_POOLED_SQUARE, hint=CHUNK_WATCH),
 ]
 
 
