@@ -79,6 +79,9 @@ def test_memory_bytes_of_the_lesson_at_its_length():
     assert at2["inattention"] - at["inattention"] == 64 * 64 * 2
     # Based: two Taylor layers of 4 heads x 273 x (16 + 1) numbers, two 8-token windows, four conv buffers.
     assert at["based"] == at2["based"] == (2 * 4 * 273 * 17 + 2 * 8 * 2 * 64 + 4 * 2 * 64) * 2 == 79376
+    # Its memory is fixed, so all-attention keeps more from T = 77 on (lesson 06 states the crossover).
+    attention_at = lambda T: memory_bytes(d["attention"], T)["total_bytes"]
+    assert attention_at(76) <= at["based"] < attention_at(77)
 
 
 def test_memory_bytes_of_based_is_the_size_of_its_layers_state():
