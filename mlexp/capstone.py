@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from . import kvcache as kc
 from .inattention import InAttention
-from .mixers import DecayLinearAttention, GatedDeltaNet
+from .mixers import DecayLinearAttention, GatedDeltaNet, TaylorLinearAttention
 from .recall import RecallTask, _ShortConv, evaluate_recall, train_recall
 from .train import count_params
 from .transformer import Attention, RMSNorm, SwiGLU, default_ffn_hidden
@@ -19,9 +19,11 @@ __all__ = ["LAYER_KINDS", "Design", "lesson_designs", "RecallLM", "build_model",
 
 # One word per layer kind. "attention" keeps a KV cache of every token, "window" one of the last
 # `window` tokens, "gated_delta" and "decay" (a scalar-decay linear attention) a fixed state per head, "inattention" reads keys and
-# values from the initial states Y (lesson 05), so what it keeps per token is one y.
-LAYER_KINDS = ("attention", "window", "gated_delta", "decay", "inattention")
-RECURRENT_KINDS = ("gated_delta", "decay")
+# values from the initial states Y (lesson 05), so what it keeps per token is one y. "based" is Based's
+# linear attention with the Taylor feature map (mlexp.mixers.TaylorLinearAttention): a fixed state per head of
+# (1 + d' + d'^2) x head_dim numbers and a normaliser of 1 + d' + d'^2, for keys of d' = feature_dim numbers.
+LAYER_KINDS = ("attention", "window", "gated_delta", "decay", "inattention", "based")
+RECURRENT_KINDS = ("gated_delta", "decay")     # head_dim x head_dim states; "based" is counted on its own
 
 
 @dataclass(frozen=True)
@@ -29,12 +31,15 @@ class Design:
     """A stack of token mixers: one kind from LAYER_KINDS per layer (and the window, if any).
 
     name: short label used in RESULT lines and plots; layers: tuple of kinds, layer 0 first;
-    window: tokens kept by "window" layers (required when there is one, ignored otherwise).
-    Raises ValueError for an unknown kind, an empty stack or a missing window.
+    window: tokens kept by "window" layers (required when there is one, ignored otherwise);
+    feature_dim: d', the query and key width per head of "based" layers (16, as in Based; ignored
+    otherwise). Raises ValueError for an unknown kind, an empty stack, a missing window or a
+    feature_dim below 1.
     """
     name: str
     layers: tuple
     window: int | None = None
+    feature_dim: int = 16
 
     def __post_init__(self):
         bad = sorted(set(self.layers) - set(LAYER_KINDS))
@@ -44,15 +49,17 @@ class Design:
         if "window" in self.layers and (not isinstance(self.window, int) or self.window < 1):
             raise ValueError(f"design {self.name!r} has window layers but window={self.window!r}; "
                              "give the number of tokens each keeps.")
+        if "based" in self.layers and (not isinstance(self.feature_dim, int) or self.feature_dim < 1):
+            raise ValueError(f"design {self.name!r} has based layers but feature_dim={self.feature_dim!r}.")
 
     @property
     def pattern(self) -> str:
-        """One letter per layer: A attention, W window, G gated delta, D decay, I InAttention."""
+        """One letter per layer: A attention, W window, G gated delta, D decay, I InAttention, B Based's Taylor linear attention."""
         return "".join({"attention": "A", "window": "W", "gated_delta": "G", "decay": "D",
-                        "inattention": "I"}[k] for k in self.layers)
+                        "inattention": "I", "based": "B"}[k] for k in self.layers)
 
 
-def lesson_designs(n_layers: int = 4, placements=(0, 3), windows=(8, 32)) -> dict:
+def lesson_designs(n_layers: int = 4, placements=(0, 3), windows=(8, 32), based_window: int | None = 8) -> dict:
     """The lesson's designs, {name: Design}, all of ``n_layers`` layers.
 
     attention (every layer attention); gated_delta (every layer Gated DeltaNet); decay (every
@@ -61,7 +68,15 @@ def lesson_designs(n_layers: int = 4, placements=(0, 3), windows=(8, 32)) -> dic
     not Mamba-2's, which scales its writes by the step size dt that sets its decay); hybrid_at_<i>: Gated
     DeltaNet everywhere but one attention layer at index i, for each i in ``placements``;
     window_<w>: sliding-window attention of w tokens in every layer, for each w in ``windows``;
-    inattention: InAttention in every layer. Raises ValueError for a placement outside the stack.
+    inattention: InAttention in every layer; based (unless ``based_window`` is None): Based (Arora et
+    al. 2024, arXiv:2402.18668), its Taylor linear attention (feature_dim 16) in layers 0, 2, ...
+    and sliding-window attention of ``based_window`` tokens in layers 1, 3, ... (pattern BWBW).
+    Based combines the two as separate layers of one stack (with gated short convolutions, which
+    every block here has as its 3-tap convolution), not summed inside a layer, which also fits the
+    skeleton's one mixer per layer; which kind comes first is our choice. Based's windows are small
+    (64 tokens) next to its contexts of thousands; at this lesson's 64 tokens a window of 64 would be
+    full attention, so the default keeps 8, the lesson's small window. Raises ValueError for a
+    placement outside the stack.
     """
     if any(not 0 <= i < n_layers for i in placements):
         raise ValueError(f"placements {placements} must lie in 0 .. {n_layers - 1}.")
@@ -72,6 +87,9 @@ def lesson_designs(n_layers: int = 4, placements=(0, 3), windows=(8, 32)) -> dic
         d.append(Design(f"hybrid_at_{i}", tuple("attention" if j == i else "gated_delta" for j in range(n_layers))))
     d += [Design(f"window_{w}", ("window",) * n_layers, window=w) for w in windows]
     d.append(Design("inattention", ("inattention",) * n_layers))
+    if based_window is not None:
+        d.append(Design("based", tuple("based" if j % 2 == 0 else "window" for j in range(n_layers)),
+                        window=based_window))
     return {x.name: x for x in d}
 
 
@@ -117,6 +135,7 @@ class RecallLM(nn.Module):
             "gated_delta": lambda: GatedDeltaNet(dim, n_heads, chunk_size=chunk_size),
             "decay": lambda: DecayLinearAttention(dim, n_heads, decay="data", chunk_size=chunk_size),
             "inattention": lambda: InAttention(dim, n_heads, rope=True, max_len=max_len),
+            "based": lambda: TaylorLinearAttention(dim, n_heads, feature_dim=design.feature_dim, chunk_size=chunk_size),
         }
         self.embed = nn.Embedding(vocab_size, dim)
         self.blocks = nn.ModuleList(_Block(dim, make[kind](), default_ffn_hidden(dim)) for kind in design.layers)
@@ -144,8 +163,10 @@ def memory_bytes(design: Design, context: int, dim: int = 64, n_heads: int = 4, 
       window layers: the same, for at most ``window`` tokens;
       InAttention: the initial states Y, dim numbers per token shared by all its layers (each layer
       rebuilds its K and V from Y, lesson 05).
-    state_bytes (fixed): n_heads states of head_dim x head_dim per recurrent layer, plus every
-      layer's short-convolution buffer (the last conv_kernel - 1 inputs of dim channels).
+    state_bytes (fixed): n_heads states of head_dim x head_dim per recurrent layer; per "based"
+      layer, n_heads states S of (1 + d' + d'^2) x head_dim and normalisers z of 1 + d' + d'^2
+      (d' = design.feature_dim; the Taylor features of mlexp.mixers.TaylorLinearAttention);
+      plus every layer's short-convolution buffer (the last conv_kernel - 1 inputs of dim channels).
     Returns {"cache_bytes", "state_bytes", "total_bytes"} (ints). head_dim = dim // n_heads.
     Raises ValueError for a negative context, dim not divisible by n_heads or an unknown dtype.
     """
@@ -158,6 +179,9 @@ def memory_bytes(design: Design, context: int, dim: int = 64, n_heads: int = 4, 
         cache += dim * context * kc.dtype_bytes(dtype)
     n_rec = sum(kinds.count(k) for k in RECURRENT_KINDS)
     state = n_rec * kc.linear_state_bytes(n_heads, head_dim, head_dim, dtype)
+    n_features = 1 + design.feature_dim + design.feature_dim ** 2           # Taylor features of a d'-wide key
+    state += kinds.count("based") * (kc.linear_state_bytes(n_heads, n_features, head_dim, dtype)   # S
+                                     + n_heads * n_features * kc.dtype_bytes(dtype))                # z
     state += len(kinds) * kc.conv_state_bytes(dim, conv_kernel, dtype)
     return {"cache_bytes": cache, "state_bytes": state, "total_bytes": cache + state}
 

@@ -1,4 +1,4 @@
-"""Token mixers x (B, T, dim) -> (B, T, dim): linear attention, decay-gated, DeltaNet, Gated DeltaNet, conv, LSTM."""
+"""Token mixers x (B, T, dim) -> (B, T, dim): linear attention (also Based's Taylor form), decay-gated, DeltaNet, Gated DeltaNet, conv, LSTM."""
 import math
 
 import torch
@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from .ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_attention
 from .transformer import Attention as SoftmaxAttention
 
-__all__ = ["SoftmaxAttention", "LinearAttention", "DecayLinearAttention", "DeltaNet", "GatedDeltaNet",
-           "retnet_gammas", "CausalConv", "LSTMMixer", "lstm_hidden"]
+__all__ = ["SoftmaxAttention", "LinearAttention", "taylor_features", "TaylorLinearAttention", "DecayLinearAttention",
+           "DeltaNet", "GatedDeltaNet", "retnet_gammas", "CausalConv", "LSTMMixer", "lstm_hidden"]
 
 # Softmax attention, the mixer every other one is compared with, is mlexp.transformer.Attention
 # (dim, n_heads, n_kv_heads; RoPE, MHA/GQA/MQA), re-exported above as SoftmaxAttention so that a
@@ -85,6 +85,68 @@ class LinearAttention(_HeadMixer):
         o, _ = linear_attention(F.elu(q) + 1, F.elu(k) + 1, v, normalize=True, impl=self.impl,
                                 chunk_size=self.chunk_size)
         return self._merge(o)
+
+
+def taylor_features(x):
+    """Based's 2nd-order Taylor feature map: phi(x) = [1, x / d^(1/4), (x (x) x) / (sqrt(2) sqrt(d))].
+
+    x: (..., d) float -> (..., 1 + d + d^2), same dtype. The scales make
+    phi(q) . phi(k) = 1 + q.k / sqrt(d) + (q.k)^2 / (2 d), the Taylor expansion of exp(q.k / sqrt(d))
+    to second order, which is positive for every q, k (1 + u + u^2 / 2 > 0). The square term is the
+    full outer product x x^T flattened (d^2 entries, each off-diagonal product twice), as in Based's
+    TaylorExp (Arora et al. 2024, arXiv:2402.18668, Sec. 4).
+    """
+    d = x.shape[-1]
+    ones = torch.ones_like(x[..., :1])                                       # (..., 1)
+    square = (x[..., :, None] * x[..., None, :]).flatten(-2)                 # (..., d) -> (..., d * d)
+    return torch.cat([ones, x / d ** 0.25, square / (math.sqrt(2) * math.sqrt(d))], dim=-1)
+
+
+class TaylorLinearAttention(_HeadMixer):
+    """Based's linear attention (Arora et al. 2024, arXiv:2402.18668): the Taylor feature map on small keys.
+
+    Queries and keys are projected to ``feature_dim`` = d' numbers per head (Based uses d' = 16),
+    passed through ``taylor_features`` (1 + d' + d'^2 = 273 features at d' = 16), and fed to
+    normalised causal linear attention (``mlexp.ops.linear_attention``, normalize=True):
+    o_t = phi(q_t)^T S_t / (phi(q_t) . z_t), S_t = sum_i phi(k_i) v_i^T, z_t = sum_i phi(k_i).
+    Values keep head_dim. The state per head is S of (1 + d' + d'^2) x head_dim numbers and the
+    normaliser z of 1 + d' + d'^2, whatever the length (``mlexp.capstone.memory_bytes`` counts both).
+    Based pairs this layer with sliding-window softmax attention in other layers of the stack
+    (``mlexp.capstone.lesson_designs``); this mixer is the linear-attention layer alone.
+    Args: dim, n_heads, head_dim (of the values; default dim // n_heads), feature_dim d',
+    impl and chunk_size for mlexp.ops. forward: x (B, T, dim) -> (B, T, dim).
+    """
+
+    def __init__(self, dim, n_heads, head_dim=None, feature_dim=16, impl=None, chunk_size=64):
+        super().__init__(dim, n_heads, head_dim, impl, chunk_size)
+        if not isinstance(feature_dim, int) or isinstance(feature_dim, bool) or feature_dim < 1:
+            raise ValueError(f"feature_dim must be a positive int; got {feature_dim!r}")
+        self.feature_dim = feature_dim
+        self.q_proj = nn.Linear(dim, n_heads * feature_dim, bias=False)   # q and k: d' per head, not head_dim
+        self.k_proj = nn.Linear(dim, n_heads * feature_dim, bias=False)
+
+    @property
+    def n_features(self):
+        """1 + d' + d'^2: the key dimension of the state."""
+        return 1 + self.feature_dim + self.feature_dim ** 2
+
+    def _features(self, x):
+        """phi(q), phi(k) (B, H, T, 1 + d' + d'^2) and v (B, H, T, head_dim) from x (B, T, dim)."""
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"{type(self).__name__} expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
+        B, T, _ = x.shape
+        qk = lambda proj: proj(x).view(B, T, self.n_heads, self.feature_dim).transpose(1, 2)  # (B, H, T, d')
+        return taylor_features(qk(self.q_proj)), taylor_features(qk(self.k_proj)), self._split(self.v_proj(x))
+
+    def forward(self, x, return_state=False):
+        """x (B, T, dim) -> (B, T, dim); with ``return_state`` also the final (S, z):
+        S (B, H, 1 + d' + d'^2, head_dim) and z (B, H, 1 + d' + d'^2), float32."""
+        q, k, v = self._features(x)
+        o, state = linear_attention(q, k, v, normalize=True, impl=self.impl, chunk_size=self.chunk_size)
+        return (self._merge(o), state) if return_state else self._merge(o)
+
+    def extra_repr(self):
+        return super().extra_repr() + f", feature_dim={self.feature_dim}"
 
 
 class DecayLinearAttention(_HeadMixer):

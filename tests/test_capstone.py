@@ -7,6 +7,7 @@ import torch
 from mlexp import kvcache as kc
 from mlexp.capstone import (CapstoneConfig, Design, RecallLM, build_model, lesson_designs, memory_bytes,
                             pareto_front, train_and_score)
+from mlexp.mixers import TaylorLinearAttention
 from mlexp.transformer import Attention
 
 TINY = CapstoneConfig(dim=16, n_heads=2, n_layers=2, seq_len=16, n_keys=8, n_values=8, mqar_pairs=(2, 3),
@@ -16,11 +17,13 @@ TINY = CapstoneConfig(dim=16, n_heads=2, n_layers=2, seq_len=16, n_keys=8, n_val
 def test_lesson_designs_names_and_patterns():
     d = lesson_designs()
     assert list(d) == ["attention", "gated_delta", "decay", "hybrid_at_0", "hybrid_at_3", "window_8",
-                       "window_32", "inattention"]
-    assert [x.pattern for x in d.values()] == ["AAAA", "GGGG", "DDDD", "AGGG", "GGGA", "WWWW", "WWWW", "IIII"]
+                       "window_32", "inattention", "based"]
+    assert [x.pattern for x in d.values()] == ["AAAA", "GGGG", "DDDD", "AGGG", "GGGA", "WWWW", "WWWW", "IIII", "BWBW"]
     assert d["window_8"].window == 8 and d["window_32"].window == 32
-    assert list(lesson_designs(3, placements=(1,), windows=(4,))) == [
+    assert d["based"].window == 8 and d["based"].feature_dim == 16
+    assert list(lesson_designs(3, placements=(1,), windows=(4,), based_window=None)) == [
         "attention", "gated_delta", "decay", "hybrid_at_1", "window_4", "inattention"]
+    assert lesson_designs(3, placements=(1,), windows=(4,), based_window=2)["based"].pattern == "BWB"
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -28,6 +31,7 @@ def test_lesson_designs_names_and_patterns():
     (dict(name="x", layers=()), "no layers"),
     (dict(name="x", layers=("window",)), "window"),
     (dict(name="x", layers=("window",), window=0), "window"),
+    (dict(name="x", layers=("based",), feature_dim=0), "feature_dim"),
 ])
 def test_design_refuses_bad_stacks(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -39,14 +43,16 @@ def test_lesson_designs_refuses_a_placement_outside_the_stack():
         lesson_designs(4, placements=(4,))
 
 
-def hand_count(kinds, T, dim=64, heads=4, window=None, bytes_=2, conv=3):
+def hand_count(kinds, T, dim=64, heads=4, window=None, bytes_=2, conv=3, feature_dim=16):
     """Bytes by hand: K and V per token for attention (at most `window` for window layers), a
-    head_dim^2 state per head for recurrent layers, Y once for InAttention, conv buffers everywhere."""
-    hd = dim // heads
+    head_dim^2 state per head for recurrent layers, (1 + d' + d'^2) x (head_dim + 1) per head for
+    Based's Taylor layers (S and z), Y once for InAttention, conv buffers everywhere."""
+    hd, nf = dim // heads, 1 + feature_dim + feature_dim ** 2
     numbers = 0
     for k in kinds:
         numbers += {"attention": 2 * heads * hd * T, "window": 2 * heads * hd * min(T, window or 1),
-                    "gated_delta": heads * hd * hd, "decay": heads * hd * hd, "inattention": 0}[k]
+                    "gated_delta": heads * hd * hd, "decay": heads * hd * hd, "inattention": 0,
+                    "based": heads * nf * (hd + 1)}[k]
         numbers += dim * (conv - 1)
     numbers += dim * T if "inattention" in kinds else 0
     return numbers * bytes_
@@ -71,6 +77,28 @@ def test_memory_bytes_of_the_lesson_at_its_length():
     assert at2["gated_delta"] == at["gated_delta"] and at2["window_32"] == at["window_32"]
     assert at2["attention"] - 1024 == 2 * (at["attention"] - 1024)
     assert at2["inattention"] - at["inattention"] == 64 * 64 * 2
+    # Based: two Taylor layers of 4 heads x 273 x (16 + 1) numbers, two 8-token windows, four conv buffers.
+    assert at["based"] == at2["based"] == (2 * 4 * 273 * 17 + 2 * 8 * 2 * 64 + 4 * 2 * 64) * 2 == 79376
+    # Its memory is fixed, so all-attention keeps more from T = 77 on (lesson 06 states the crossover).
+    attention_at = lambda T: memory_bytes(d["attention"], T)["total_bytes"]
+    assert attention_at(76) <= at["based"] < attention_at(77)
+
+
+def test_memory_bytes_of_based_is_the_size_of_its_layers_state():
+    """The count of memory_bytes against the tensors the model keeps: the (S, z) the Taylor layer
+    returns, and the keys and values of the last `window` tokens of a window layer."""
+    torch.manual_seed(0)
+    d = Design("b", ("based", "window"), window=5, feature_dim=3)
+    dim, heads, T = 24, 3, 11
+    layer = TaylorLinearAttention(dim, heads, feature_dim=d.feature_dim)
+    _, (S, z) = layer(torch.randn(1, T, dim), return_state=True)      # one sequence
+    window = Attention(dim, heads, window=d.window)
+    x = torch.randn(1, T, dim)
+    k, v = window.k_proj(x)[:, -d.window:], window.v_proj(x)[:, -d.window:]   # what the window keeps
+    numbers = S.numel() + z.numel() + k.numel() + v.numel()
+    m = memory_bytes(d, T, dim, heads, dtype="fp32", conv_kernel=1)
+    assert m["total_bytes"] == 4 * numbers and m["cache_bytes"] == 4 * (k.numel() + v.numel())
+    assert m["state_bytes"] == 4 * (S.numel() + z.numel()) == 4 * heads * (1 + 3 + 9) * (dim // heads + 1)
 
 
 def test_memory_bytes_units_and_errors():

@@ -111,6 +111,13 @@ def claims(t, sweep):
             all(r["mqar_mean"] < 2 * CHANCE and abs(r["loss"] - math.log(32)) < 0.05 for r in sweep["window_8"].values()),
         "inattention near its floor at every rate of the sweep (MQAR < 0.2)":
             all(r["mqar_mean"] < 0.2 for r in sweep["inattention"].values()),
+        "based learned the task at every rate of the sweep (MQAR > 0.98)":
+            all(r["mqar_mean"] > 0.98 for r in sweep["based"].values()),
+        "based: 3e-3 and 6e-3 within 0.01, 3e-3 chosen; 1e-3 a little less (below both) with a higher final loss":
+            best_rate(sweep["based"]) == 3e-3
+            and abs(sweep["based"][3e-3]["mqar_mean"] - sweep["based"][6e-3]["mqar_mean"]) < 0.01
+            and sweep["based"][1e-3]["mqar_mean"] < min(sweep["based"][lr]["mqar_mean"] for lr in (3e-3, 6e-3))
+            and sweep["based"][1e-3]["loss"] > max(sweep["based"][lr]["loss"] for lr in (3e-3, 6e-3)),
         "gated_delta: 1e-3 far worse (by > 0.1), 3e-3 a little worse than 6e-3":
             best_rate(gd) == 6e-3 and gd[1e-3]["mqar_mean"] < gd[6e-3]["mqar_mean"] - 0.1
             and gd[6e-3]["mqar_mean"] - 0.05 < gd[3e-3]["mqar_mean"] < gd[6e-3]["mqar_mean"],
@@ -172,9 +179,33 @@ def claims(t, sweep):
         "at 1 MiB hybrid_at_0's mean is above attention's, by less than either's sd (a tie)":
             0 < mean(v("hybrid_at_0", "mqar")) - mean(v("attention", "mqar"))
             < min(sd(v("attention", "mqar")), sd(v("hybrid_at_0", "mqar"))),
-        "the Pareto front of the means runs gated_delta -> hybrid_at_0 (attention drops off)":
+        "the Pareto front of the means runs gated_delta -> hybrid_at_0 -> based (attention drops off)":
             [list(t)[i] for i in pareto_front([(v(d, "bytes")[0], mean(v(d, "mqar"))) for d in t])]
-            == ["gated_delta", "hybrid_at_0"],
+            == ["gated_delta", "hybrid_at_0", "based"],
+        "at 1 MiB based's mean is the highest, above hybrid_at_0's by less than hybrid_at_0's sd and at most 0.001":
+            all(mean(v("based", "mqar")) > mean(v(d, "mqar")) for d in t if d != "based")
+            and 0 < mean(v("based", "mqar")) - mean(v("hybrid_at_0", "mqar")) < sd(v("hybrid_at_0", "mqar"))
+            and mean(v("based", "mqar")) - mean(v("hybrid_at_0", "mqar")) <= 0.001
+            and mean(v("hybrid_at_0", "mqar")) - mean(v("attention", "mqar")) <= 0.001,
+        # Based
+        "based matches attention and hybrid_at_0 in every seed (|gap| < 0.01)":
+            every(lambda i: all(abs(v("based", "mqar")[i] - v(d, "mqar")[i]) < 0.01 for d in ("attention", "hybrid_at_0"))),
+        "based answers above 0.99 at 24 pairs in every seed, where gated_delta's best seed is under 0.8":
+            min(v("based", "mqar_p24")) > 0.99 and max(v("gated_delta", "mqar_p24")) < 0.8,
+        "based stays far above window_32 (by > 0.3) in every seed":
+            every(lambda i: v("based", "mqar")[i] > v("window_32", "mqar")[i] + 0.3),
+        "based keeps the most bytes of all designs at T = 64":
+            all(v("based", "bytes")[0] > v(d, "bytes")[0] for d in t if d != "based"),
+        "based keeps 8.6 x gated_delta's bytes, 2.3 x window_32's, 3.4 x hybrid_at_0's (rounded to a tenth)":
+            [round(v("based", "bytes")[0] / v(d, "bytes")[0], 1) for d in ("gated_delta", "window_32", "hybrid_at_0")]
+            == [8.6, 2.3, 3.4],
+        "based's overwrites: below attention's and gated_delta's worst seed, above window_32's best, in every seed":
+            max(v("based", "overwrite")) < min(min(v("attention", "overwrite")), min(v("gated_delta", "overwrite")))
+            and min(v("based", "overwrite")) > max(v("window_32", "overwrite")),
+        "based keeps its accuracy at twice the length within 0.01 in every seed":
+            every(lambda i: abs(v("based", "mqar_2x")[i] - v("based", "mqar")[i]) <= 0.01),
+        "at twice the length based's worst seed beats every other design's best seed":
+            min(v("based", "mqar_2x")) > max(max(v(d, "mqar_2x")) for d in t if d != "based"),
         # hybrid_at_3
         "hybrid_at_3 learned the task in all three seeds at its rate (MQAR > 0.75), passing 0.9 in exactly two":
             every(lambda i: v("hybrid_at_3", "mqar")[i] > 0.75) and sum(x > 0.9 for x in v("hybrid_at_3", "mqar")) == 2,
@@ -253,6 +284,21 @@ def test_the_claims_fail_when_the_table_changes(committed):
                 other = copy.deepcopy(table)
                 other[design]["lr"] = [lr] * len(other[design]["lr"])
                 assert not claims(other, sweep)["seeds.md trains each swept design at its best rate of the sweep"], (design, lr)
+    for other in ("window_8", "window_32", "gated_delta", "hybrid_at_0"):   # based's rows swapped with another's
+        swapped = copy.deepcopy(table)
+        swapped["based"], swapped[other] = swapped[other], swapped["based"]
+        broken = [c for c, ok in claims(swapped, sweep).items() if not ok and "based" in c]
+        assert broken, other
+    swapped = copy.deepcopy(table)
+    swapped["based"], swapped["window_32"] = swapped["window_32"], swapped["based"]
+    broken = [c for c, ok in claims(swapped, sweep).items() if not ok]
+    assert "based stays far above window_32 (by > 0.3) in every seed" in broken
+    assert "at twice the length based's worst seed beats every other design's best seed" in broken
+    based_rates = copy.deepcopy(sweep)                    # the sweep's 1e-3 and 3e-3 runs of based swapped
+    b = based_rates["based"]
+    b[1e-3], b[3e-3] = b[3e-3], b[1e-3]
+    broken = [c for c, ok in claims(table, based_rates).items() if not ok]
+    assert "based: 3e-3 and 6e-3 within 0.01, 3e-3 chosen; 1e-3 a little less (below both) with a higher final loss" in broken
     rates_swapped = copy.deepcopy(sweep)                  # the sweep's 3e-3 and 6e-3 runs of window_32 swapped
     w = rates_swapped["window_32"]
     w[3e-3], w[6e-3] = w[6e-3], w[3e-3]

@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 
 from mlexp import mixers
-from mlexp.mixers import DecayLinearAttention, DeltaNet, GatedDeltaNet, LinearAttention, retnet_gammas
+from mlexp.mixers import (DecayLinearAttention, DeltaNet, GatedDeltaNet, LinearAttention, TaylorLinearAttention,
+                          retnet_gammas, taylor_features)
 
 MAKERS = {
     "linear": lambda **kw: LinearAttention(32, n_heads=4, **kw),
@@ -13,6 +14,7 @@ MAKERS = {
     "delta": lambda **kw: DeltaNet(32, n_heads=4, **kw),
     "delta_additive": lambda **kw: DeltaNet(32, n_heads=4, rule="additive", **kw),
     "gated_delta": lambda **kw: GatedDeltaNet(32, n_heads=2, head_dim=12, **kw),
+    "taylor": lambda **kw: TaylorLinearAttention(32, n_heads=4, feature_dim=5, **kw),
 }
 
 
@@ -133,3 +135,37 @@ def test_softmax_attention_is_exported():
     assert mixers.SoftmaxAttention is Attention
     y = mixers.SoftmaxAttention(32, 4, 2)(torch.randn(2, 9, 32))
     assert y.shape == (2, 9, 32)
+
+
+def test_taylor_features_are_the_second_order_expansion_of_exp():
+    """phi(q) . phi(k) = 1 + u + u^2 / 2 with u = q.k / sqrt(d), Based's Taylor map (1 + d + d^2 features)."""
+    torch.manual_seed(0)
+    q, k = torch.randn(7, 6, dtype=torch.float64), torch.randn(7, 6, dtype=torch.float64)
+    fq, fk = taylor_features(q), taylor_features(k)
+    assert fq.shape == (7, 1 + 6 + 36) and fq.dtype == torch.float64
+    u = (q * k).sum(-1) / 6 ** 0.5
+    torch.testing.assert_close((fq * fk).sum(-1), 1 + u + u ** 2 / 2, rtol=1e-12, atol=1e-12)
+    assert ((fq * fk).sum(-1) > 0).all()                       # 1 + u + u^2/2 > 0: the normaliser never vanishes
+    # For small u it approaches exp(u); the error is the third-order term, u^3 / 6.
+    small = 1e-2 * q
+    us = (small * k).sum(-1) / 6 ** 0.5
+    err = ((taylor_features(small) * fk).sum(-1) - us.exp()).abs()
+    assert (err <= (us.abs() ** 3 / 6) * 1.01 + 1e-15).all()
+
+
+def test_taylor_linear_attention_state_shape_and_reference():
+    """The mixer's state is (S, z) of 1 + d' + d'^2 key features, and its output is the normalised
+    linear attention of the Taylor features, written out as a masked T x T product."""
+    torch.manual_seed(0)
+    mixer = TaylorLinearAttention(32, n_heads=4, feature_dim=3).double()
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    y, (S, z) = mixer(x, return_state=True)
+    assert S.shape == (2, 4, 1 + 3 + 9, 8) and z.shape == (2, 4, 1 + 3 + 9)
+    q, k, v = mixer._features(x)                                  # (B, H, T, 13), (B, H, T, 13), (B, H, T, 8)
+    scores = (q @ k.transpose(-1, -2)).tril()                    # (B, H, T, T): phi(q_t) . phi(k_s), s <= t
+    o = (scores @ v) / (scores.sum(-1, keepdim=True) + 1e-6)     # the op's eps = 1e-6 in the denominator
+    torch.testing.assert_close(y, mixer._merge(o), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(S, k.transpose(-1, -2) @ v, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(z, k.sum(-2), rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="feature_dim"):
+        TaylorLinearAttention(32, n_heads=4, feature_dim=0)
