@@ -26,8 +26,10 @@ be shown to a student as it is.
 What the watch cannot see. It runs in the student's own process, so it is evidence, not proof:
 the tamper report (autograder.kernel_server) catches code that replaces the watcher itself, and
 a loop that runs inside C code (``functools.reduce``, ``itertools``) with torch's function
-handling switched off by C code too (``torch._C._disabled_torch_function_impl``), or work handed
-to another thread or process through a library that the watch does not know, is not seen. Where a rule can be checked by its physical consequence
+handling switched off by C code too (``torch._C._disabled_torch_function_impl``), a frame that
+stops its own line tracing (``sys._getframe().f_trace = None``) and still runs one torch
+operation the watch sees, or work handed to another thread or process through a library that
+the watch does not know, is not seen. Where a rule can be checked by its physical consequence
 instead (a chunkwise form must run at a length whose T x T matrix fits in no memory), the
 lesson's test does that as well.
 """
@@ -92,6 +94,34 @@ class Trace:
 
 def _watched(module: str, forbid) -> bool:
     return any(module == m or module.startswith(m + ".") for m in forbid)
+
+
+class _Forbidden:
+    """Whether a frame runs code of a ``forbid`` module: its module name is one of them (or
+    inside one) *and* its code comes from that module's own file or folder, so that code which
+    only calls itself ``mlexp.ops`` (``exec`` with made-up globals) is the notebook's."""
+
+    def __init__(self, forbid):
+        self.forbid, self.places = forbid, []
+        for name in forbid:
+            module = sys.modules.get(name)
+            path = getattr(module, "__file__", None)
+            if path:
+                path = os.path.realpath(path)
+                is_package = os.path.basename(path) == "__init__.py"
+                self.places.append(os.path.join(os.path.dirname(path), "") if is_package else path)
+        self.known = {}
+
+    def __call__(self, frame) -> bool:
+        if not _watched(frame.f_globals.get("__name__", ""), self.forbid):
+            return False
+        filename = frame.f_code.co_filename
+        mine = self.known.get(filename)
+        if mine is None:
+            real = os.path.realpath(filename) if not filename.startswith("<") else filename
+            mine = any(real == p or (p.endswith(os.sep) and real.startswith(p)) for p in self.places)
+            self.known[filename] = mine
+        return mine
 
 
 def _elements(value, depth: int = 2) -> int:
@@ -173,8 +203,11 @@ class _Sources:
     def own(self, filename: str) -> bool:
         mine = self.known.get(filename)
         if mine is None:
-            if filename.startswith("<"):
-                mine = not filename.startswith("<frozen")
+            if filename.startswith("<frozen ") and filename.endswith(">"):
+                module = sys.modules.get(filename[len("<frozen "):-1])   # the interpreter's own frozen modules
+                mine = getattr(getattr(module, "__spec__", None), "origin", None) != "frozen"
+            elif filename.startswith("<"):
+                mine = True
             else:
                 mine = not os.path.realpath(filename).startswith(self.roots)
             self.known[filename] = mine
@@ -214,19 +247,24 @@ _HANDOFF_BUILTINS = frozenset({"SimpleQueue.put", "SimpleQueue.put_nowait", "loc
 _POOLS = ("concurrent.futures", "multiprocessing", "joblib")   # whose threads run work handed to them
 
 
+def _may_work(thread, sources: _Sources) -> bool:
+    """Whether a thread could be doing the notebook's work: it runs the notebook's own code, or
+    it is a thread or process pool's (not, say, a progress bar's monitor or the kernel's own)."""
+    if not isinstance(thread, threading.Thread):
+        return False
+    target, run = getattr(thread, "_target", None), getattr(type(thread), "run", None)
+    modules = [getattr(f, "__module__", None) or "" for f in (target, type(thread))]
+    codes = [getattr(f, "__code__", None) for f in (target, run)]
+    return (any(m.startswith(_POOLS) for m in modules)
+            or any(c is not None and sources.own(c.co_filename) for c in codes))
+
+
 def _thread_clocks(sources: _Sources) -> dict:
-    """CPU seconds used so far by each other thread that could be doing the notebook's work: a
-    thread running the notebook's own code, and the threads of a thread or process pool. Empty
-    where the OS gives no per-thread clock."""
+    """CPU seconds used so far by each other thread that could be doing the notebook's work
+    (:func:`_may_work`). Empty where the OS gives no per-thread clock."""
     clocks = {}
     for thread in threading.enumerate():
-        if thread.ident == threading.get_ident():
-            continue
-        target, run = getattr(thread, "_target", None), getattr(type(thread), "run", None)
-        modules = [getattr(f, "__module__", None) or "" for f in (target, type(thread))]
-        codes = [getattr(f, "__code__", None) for f in (target, run)]
-        if not (any(m.startswith(_POOLS) for m in modules)
-                or any(c is not None and sources.own(c.co_filename) for c in codes)):
+        if thread.ident == threading.get_ident() or not _may_work(thread, sources):
             continue
         try:
             clocks[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
@@ -250,7 +288,8 @@ def watching(forbid=()):
 
     forbid = tuple(str(m) for m in forbid)
     trace = Trace()
-    sources, starters, handoffs = _Sources(), _starters(), _handoffs()
+    sources, starters, handoffs, forbidden = _Sources(), _starters(), _handoffs(), _Forbidden(forbid)
+    thread_start = threading.Thread.start.__code__
 
     class Count(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -265,21 +304,22 @@ def watching(forbid=()):
                 started = starters.get(arg)
             except TypeError:
                 started = None
-            if started:
-                trace._escape(started)
+            if started and (started != "started a thread" or sources.own(frame.f_code.co_filename)):
+                trace._escape(started)                 # a thread: when the notebook's code starts it itself
             elif getattr(arg, "__qualname__", "") in _HANDOFF_BUILTINS and sources.own(frame.f_code.co_filename):
                 trace._escape("handed work to another thread or process")
             return
         if event == "call" and frame.f_code in handoffs and frame.f_back is not None \
                 and sources.own(frame.f_back.f_code.co_filename):
             trace._escape(handoffs[frame.f_code])          # called by the notebook's code, not a library's
+        if event == "call" and frame.f_code is thread_start and _may_work(frame.f_locals.get("self"), sources):
+            trace._escape("started a thread")              # one that runs the notebook's code or a pool's work
         if event != "call" or not forbid or len(trace.used) >= MAX_USED:
             return
-        module = frame.f_globals.get("__name__", "")
-        if not _watched(module, forbid):
+        if not forbidden(frame):
             return
         caller = frame.f_back
-        if caller is not None and _watched(caller.f_globals.get("__name__", ""), forbid):
+        if caller is not None and forbidden(caller):
             return                                     # inside the library: its entry point is recorded
         name = frame.f_code.co_name
         if name.startswith("__") and name.endswith("__"):
@@ -329,20 +369,33 @@ def call(fn, *args, forbid=(), **kwargs):
     """``fn(*args, **kwargs)`` under :func:`watching`: returns ``(result, Trace)``.
 
     A grader's proxy of a student function is watched where the function runs (its
-    ``_watched_call``); any other callable is watched here.
+    ``_watched_call``); any other callable is watched here. A tensor result that is none of the
+    arguments, made with no torch operation the watch saw (TorchScript, torch's function
+    handling switched off), is recorded in ``escaped``.
     """
     remote = getattr(fn, "_watched_call", None)
     if callable(remote):
         result, data = remote(args, kwargs, list(forbid))
         try:
-            return result, Trace.from_dict(data)
+            trace = Trace.from_dict(data)
         except ValueError:
             raise AssertionError(f"Hint: the grader could not watch {_name(fn)} run (the "
                                  "notebook's kernel sent no trace): restart the kernel and run "
                                  "the notebook from the top.") from None
-    with watching(forbid) as trace:
-        result = fn(*args, **kwargs)
+    else:
+        with watching(forbid) as trace:
+            result = fn(*args, **kwargs)
+    if trace.ops == 0 and _fresh_tensor(result, (*args, *kwargs.values())):
+        trace._escape("made its result with no torch operation the test could see")
     return result, trace
+
+
+def _fresh_tensor(result, args) -> bool:
+    import torch
+    if not isinstance(result, torch.Tensor):
+        return False
+    return not any(isinstance(a, torch.Tensor) and a.shape == result.shape and a.dtype == result.dtype
+                   and torch.equal(a, result) for a in args)
 
 
 def _name(fn) -> str:
@@ -386,8 +439,9 @@ def no_loop(fn, make_args, *, over: str = "t", lengths=(8, 32), forbid=(), inste
     first, last = traces[0], traces[-1]
     extra = max(1, (lengths[-1] - lengths[0]) // 2)
     if last.ops > first.ops or last.lines - first.lines >= extra:
+        grew = "torch operations" if last.ops > first.ops else "lines of Python"
         raise AssertionError(f"Hint: {RULE_HINT} without a Python loop over {over}: {_name(fn)} runs "
-                             f"more torch operations the longer the sequence (a loop over {over}). "
+                             f"more {grew} the longer the sequence (a loop over {over}). "
                              + (instead or "Use whole-tensor operations over the sequence") + ".")
     return results
 

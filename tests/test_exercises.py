@@ -535,6 +535,34 @@ POOL = concurrent.futures.ThreadPoolExecutor(1)
 """ + CHUNK_DEF + """    return POOL.submit(lambda: (q @ k.transpose(-1, -2)).tril() @ v).result()
 """
 CHUNK_WATCH = "the test could not watch chunkwise_linear_attention run"
+# Found by this stop's attack: the library called only where the test would not watch (a long sequence, or no trace
+# hook), a helper exec'd under made-up library globals, and TorchScript; and an honest loop with a progress bar.
+CHUNK_SIZE_SWITCH = CHUNK_DEF + """    if q.shape[2] > 4096:                                # the long sequence of step 6
+        return linear_attention(q, k, v, impl="chunk", chunk_size=chunk_size)[0]
+    import numpy as np
+    return torch.from_numpy(np.tril(q.numpy() @ np.swapaxes(k.numpy(), -1, -2)) @ v.numpy())
+"""
+CHUNK_WATCH_SWITCH = "import sys\n\n\n" + CHUNK_DEF + """    if sys.gettrace() is None and torch._C._len_torch_function_stack() == 0:
+        return linear_attention(q, k, v, impl="chunk", chunk_size=chunk_size)[0]
+    import numpy as np
+    return torch.from_numpy(np.tril(q.numpy() @ np.swapaxes(k.numpy(), -1, -2)) @ v.numpy())
+"""
+CHUNK_FAKE_LIBRARY = """HELPER = {"__name__": "mlexp.ops._helper", "la": linear_attention}
+exec("def __run__(q, k, v, c):\\n    return la(q, k, v, impl='chunk', chunk_size=c)[0]\\n", HELPER)
+
+
+""" + CHUNK_DEF + """    return HELPER["__run__"](q, k, v, chunk_size)
+"""
+CHUNK_TORCHSCRIPT = "SCRIPT = torch.jit.CompilationUnit('''" + """
+def rec(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    S = torch.zeros(q.shape[0], q.shape[1], q.shape[3], v.shape[3], dtype=q.dtype)
+    out = torch.empty(q.shape[0], q.shape[1], q.shape[2], v.shape[3], dtype=q.dtype)
+    for t in range(q.shape[2]):
+        S = S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        out[:, :, t] = (q[:, :, t, :, None] * S).sum(-2)
+    return out
+""" + "''')\n\n\n" + CHUNK_DEF + """    return SCRIPT.rec(q, k, v)
+"""
 
 
 def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False):
@@ -582,6 +610,11 @@ CASES += [
     l03_chunk("whole T x T product in numpy", source=CHUNK_NUMPY_SQUARE, hint=CHUNK_BOUND),
     l03_chunk("whole T x T product, torch function handling off", source=CHUNK_DISABLED_SQUARE, hint=CHUNK_WATCH),
     l03_chunk("whole T x T product in a thread pool", source=CHUNK_POOLED_SQUARE, hint=CHUNK_WATCH),
+    l03_chunk("the library op on the long sequence only", source=CHUNK_SIZE_SWITCH, hint="Write the loop over chunks with tensor operations"),
+    l03_chunk("the library op when no watch is on", source=CHUNK_WATCH_SWITCH, hint=CHUNK_BOUND),
+    l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint="Write the loop over chunks with tensor operations"),
+    l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
+    l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):")),
 ]
 
 
