@@ -197,6 +197,13 @@ class _Sources:
         paths = sysconfig.get_paths()
         roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
         roots.add(os.path.dirname(os.path.abspath(__file__)))
+        # Packages may also come from other folders on sys.path: a base environment's site-packages
+        # seen through --system-site-packages, Debian's and Colab's dist-packages, the user's site.
+        roots.update(p for p in sys.path if os.path.basename(os.path.normpath(p)) in ("site-packages", "dist-packages"))
+        for name in ("torch", "numpy", "IPython", "ipykernel"):
+            origin = getattr(sys.modules.get(name), "__file__", None)
+            if origin:
+                roots.add(os.path.dirname(os.path.dirname(origin)))
         self.roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots)
         self.known = {}
 

@@ -246,3 +246,15 @@ def test_a_progress_bar_is_not_work_in_another_thread():
     tqdm.tqdm.monitor_interval = 10                                  # its monitor thread starts on first use
     _, trace = rules.call(chunks, *inputs(16))
     assert trace.escaped == [], trace
+
+
+def test_packages_on_any_site_folder_of_sys_path_are_library_code(tmp_path, monkeypatch):
+    """torch seen through a .pth line (a venv over another one's site-packages, Debian's and Colab's
+    dist-packages) is library code: its lines are not the notebook's (the student edition's own test
+    found its handler lines flagged as the notebook's code running with torch's mode off)."""
+    site = tmp_path / "dist-packages"
+    (site / "pkg").mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
+    sources = rules._Sources()
+    assert not sources.own(str(site / "pkg" / "mod.py")) and sources.own(str(tmp_path / "cell.py"))
+    assert not sources.own(torch.__file__)
