@@ -237,13 +237,13 @@ def test_a_result_made_with_no_torch_operation_seen_is_an_escape():
     assert trace.escaped == []
 
 
-def test_a_progress_bar_is_not_work_in_another_thread():
+def test_a_progress_bar_is_not_work_in_another_thread(monkeypatch):
     tqdm = pytest.importorskip("tqdm")
 
     def chunks(q, k, v):
         out = [own(q[:, :, s:s + 4], k[:, :, s:s + 4], v[:, :, s:s + 4]) for s in tqdm.tqdm(range(0, q.shape[2], 4), leave=False)]
         return torch.cat(out, 2)
-    tqdm.tqdm.monitor_interval = 10                                  # its monitor thread starts on first use
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 10)          # its monitor thread starts on first use
     _, trace = rules.call(chunks, *inputs(16))
     assert trace.escaped == [], trace
 
