@@ -489,17 +489,38 @@ CHUNK_TOKEN_LOOP = CHUNK_DEF + """    S = q.new_zeros(q.shape[0], q.shape[1], q.
 """
 
 CHUNK_BROADCAST = CHUNK_DEF + """    B, H, T, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1])
+    out = []
+    for start in range(0, T, chunk_size):
+        Qc, Kc, Vc = q[:, :, start:start + chunk_size], k[:, :, start:start + chunk_size], v[:, :, start:start + chunk_size]
+        n = Qc.shape[2]
+        scores = (Qc[:, :, :, None, :] * Kc[:, :, None, :, :]).sum(-1)             # (B, H, C, C), via (.., C, C, D_k)
+        scores = scores * torch.ones(n, n, dtype=torch.bool).tril()
+        intra = (scores[..., None] * Vc[:, :, None, :, :]).sum(-2)                 # (B, H, C, D_v)
+        inter = (Qc[..., :, None] * S[:, :, None, :, :]).sum(-2)                   # (B, H, C, D_v)
+        out.append(inter + intra)
+        S = S + (Kc[..., :, None] * Vc[..., None, :]).sum(2)                      # (B, H, D_k, D_v), via (.., C, D_k, D_v)
+    return torch.cat(out, dim=2)
+"""
+# All chunks at once with broadcast products: exact and chunked, but k_t v_t^T is made for every token (B x H x T x D_k
+# x D_v numbers, the memory of a scan over tokens); and the scan itself, a cumulative sum of per-token states that
+# ignores chunk_size (found by issue 28's attack). Both break the bound at C = 4, D_k = D_v = 16.
+CHUNK_BROADCAST_ALL = CHUNK_DEF + """    B, H, T, D_k = q.shape
     C = chunk_size
     N = -(-T // C)                                   # chunks, the last one padded with zeros
     Q, K, V = (F.pad(x, (0, 0, 0, N * C - T)).reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v))
     scores = (Q[:, :, :, :, None, :] * K[:, :, :, None, :, :]).sum(-1)           # (B, H, N, C, C), via (.., C, C, D_k)
     scores = scores * torch.ones(C, C, dtype=torch.bool).tril()
     intra = (scores[..., None] * V[:, :, :, None, :, :]).sum(-2)                 # (B, H, N, C, D_v)
-    written = (K[..., :, :, None] * V[..., :, None, :]).sum(-3)                  # (B, H, N, D_k, D_v)
+    written = (K[..., :, :, None] * V[..., :, None, :]).sum(-3)                  # (B, H, N, D_k, D_v), via (.., C, D_k, D_v)
     before = written.cumsum(2) - written
     inter = (Q[..., :, :, None] * before[:, :, :, None, :, :]).sum(-2)           # (B, H, N, C, D_v)
     return (inter + intra).reshape(B, H, N * C, -1)[:, :, :T]
 """
+CHUNK_TOKEN_SCAN = CHUNK_DEF + """    S = (k[..., :, None] * v[..., None, :]).cumsum(2)          # (B, H, T, D_k, D_v): the state after each token
+    return (q[..., None] * S).sum(-2)
+"""
+CHUNK_PER_TOKEN = "a D_k x D_v state (or outer product k_t v_t^T) for every token"
 # chunk_size ignored (or only half used): exact, but a T x T score matrix or mask is built (issue: the chunk cap).
 CHUNK_WHOLE_SQUARE = CHUNK_DEF + "    return (q @ k.transpose(-1, -2)).tril() @ v\n"
 CHUNK_WHOLE_SQUARE_EINSUM = CHUNK_DEF + """    T = q.shape[2]
@@ -576,7 +597,7 @@ CASES += [
     l03_chunk("in place into a preallocated output", source=CHUNK_IN_PLACE.format(range="range(0, T, chunk_size)")),
     l03_chunk("states first, chunks in reverse", source=CHUNK_STATES_FIRST),
     l03_chunk("no Python loop (padded, cumsum of chunk states)", source=CHUNK_VECTORISED),
-    l03_chunk("broadcast products, no matmul, all chunks at once", source=CHUNK_BROADCAST),
+    l03_chunk("broadcast products, no matmul", source=CHUNK_BROADCAST),
     l03_chunk("float64 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
               ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(dtype)")),
     l03_chunk("tail dropped", (CHUNK_LOOP, "for start in range(0, T - T % chunk_size, chunk_size):"), hint="a chunk boundary is off by one"),
@@ -608,6 +629,8 @@ CASES += [
               (CHUNK_MASK, "scores = full[:, :, start:start + chunk_size, start:start + chunk_size].tril()"), hint=CHUNK_BOUND),
     l03_chunk("chunks, but a T x T mask sliced per chunk", source=CHUNK_FULL_MASK, hint=CHUNK_BOUND),
     l03_chunk("whole T x T product in numpy", source=CHUNK_NUMPY_SQUARE, hint=CHUNK_BOUND),
+    l03_chunk("broadcast products, all chunks at once", source=CHUNK_BROADCAST_ALL, hint=CHUNK_PER_TOKEN),
+    l03_chunk("cumulative sum of per-token states, chunk_size ignored", source=CHUNK_TOKEN_SCAN, hint=CHUNK_PER_TOKEN),
     l03_chunk("whole T x T product, torch function handling off", source=CHUNK_DISABLED_SQUARE, hint=CHUNK_WATCH),
     l03_chunk("whole T x T product in a thread pool", source=CHUNK_POOLED_SQUARE, hint=CHUNK_WATCH),
     l03_chunk("the library op on the long sequence only", source=CHUNK_SIZE_SWITCH, hint="Write the loop over chunks with tensor operations"),
