@@ -45,7 +45,9 @@ class Case:
     hint None: the answer is right (visible and hidden parts pass). Otherwise the full test cell
     fails with a message containing ``hint``; so does the visible part unless ``hidden_only``.
     ``modes``: where the verdict holds (an answer that fools only the student's own run, by
-    changing the test's tensors in place, is judged by the grader alone).
+    changing the test's tensors in place, is judged by the grader alone). ``slow``: left out of
+    make test-fast (a correct variant that runs the whole of a costly test cell, where the solution
+    and a cheaper variant already guard the fast run); make test runs it.
     """
     lesson: str
     test: str
@@ -54,6 +56,7 @@ class Case:
     hint: str | None = None
     hidden_only: bool = False
     modes: tuple = MODES
+    slow: bool = False
 
     @property
     def id(self):
@@ -586,20 +589,20 @@ def rec(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 """
 
 
-def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False):
+def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False, slow=False):
     answer = source if source is not None else sol(L03, "chunkwise_form", *edits)
-    return Case(L03, "test_chunkwise_form", name, {"chunkwise_form": answer}, hint, hidden_only)
+    return Case(L03, "test_chunkwise_form", name, {"chunkwise_form": answer}, hint, hidden_only, slow=slow)
 
 
 CASES += [
     l03_chunk("solution"),
-    l03_chunk("einsum and an explicit mask", source=CHUNK_EINSUM),
-    l03_chunk("in place into a preallocated output", source=CHUNK_IN_PLACE.format(range="range(0, T, chunk_size)")),
-    l03_chunk("states first, chunks in reverse", source=CHUNK_STATES_FIRST),
+    l03_chunk("einsum and an explicit mask", source=CHUNK_EINSUM, slow=True),
+    l03_chunk("in place into a preallocated output", source=CHUNK_IN_PLACE.format(range="range(0, T, chunk_size)"), slow=True),
+    l03_chunk("states first, chunks in reverse", source=CHUNK_STATES_FIRST, slow=True),
     l03_chunk("no Python loop (padded, cumsum of chunk states)", source=CHUNK_VECTORISED),
-    l03_chunk("broadcast products, no matmul", source=CHUNK_BROADCAST),
+    l03_chunk("broadcast products, no matmul", source=CHUNK_BROADCAST, slow=True),
     l03_chunk("float64 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
-              ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(dtype)")),
+              ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(dtype)"), slow=True),
     l03_chunk("tail dropped", (CHUNK_LOOP, "for start in range(0, T - T % chunk_size, chunk_size):"), hint="a chunk boundary is off by one"),
     l03_chunk("range(T // C)", (CHUNK_LOOP, "for start in (i * chunk_size for i in range(T // chunk_size)):"), hint="a chunk boundary is off by one"),
     l03_chunk("slices one short", ("start:start + chunk_size]", "start:start + chunk_size - 1]"), hint="a chunk boundary is off by one"),
@@ -637,7 +640,7 @@ CASES += [
     l03_chunk("the library op when no watch is on", source=CHUNK_WATCH_SWITCH, hint=CHUNK_BOUND),
     l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint="Write the loop over chunks with tensor operations"),
     l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
-    l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):")),
+    l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),
 ]
 
 
@@ -852,7 +855,7 @@ CASES += [
 
 
 # ------------------------------------------------------------------------------ the tests
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=pytest.mark.slow if c.slow else ()) for c in CASES])
 def test_answer_gets_its_verdict(case):
     for mode in case.modes:
         run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test})
