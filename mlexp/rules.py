@@ -24,12 +24,16 @@ elements the largest tensor held and what escaped the watch; it never reports va
 be shown to a student as it is.
 
 What the watch cannot see. It runs in the student's own process, so it is evidence, not proof:
-the tamper report (autograder.kernel_server) catches code that replaces the watcher itself, and
-a loop that runs inside C code (``functools.reduce``, ``itertools``) with torch's function
-handling switched off by C code too (``torch._C._disabled_torch_function_impl``), a frame that
-stops its own line tracing (``sys._getframe().f_trace = None``) and still runs one torch
-operation the watch sees, or work handed to another thread or process through a library that
-the watch does not know, is not seen. Where a rule can be checked by its physical consequence
+the tamper report (autograder.kernel_server) catches code that replaces the watcher itself.
+Torch's function handling switched off is seen at each line and at each C function the
+notebook's code calls, and a tensor's numbers taken into numpy or a list at the call that takes
+them. Not seen: a loop that runs inside C code (``functools.reduce``, ``itertools``, or
+``[*iterator]``, which calls nothing) with torch's function handling switched off by C code
+too (``torch._C._disabled_torch_function_impl``); a frame that stops its own line tracing
+(``sys._getframe().f_trace = None``) and still runs one torch operation the watch sees; work
+handed to another thread or process through a library that the watch does not know; and, for
+:func:`bounded`, a large tensor built in pieces that are each within the bound (the bound is
+on each tensor, not on the total). Where a rule can be checked by its physical consequence
 instead (a chunkwise form must run at a length whose T x T matrix fits in no memory), the
 lesson's test does that as well.
 """
@@ -97,31 +101,36 @@ def _watched(module: str, forbid) -> bool:
 
 
 class _Forbidden:
-    """Whether a frame runs code of a ``forbid`` module: its module name is one of them (or
-    inside one) *and* its code comes from that module's own file or folder, so that code which
-    only calls itself ``mlexp.ops`` (``exec`` with made-up globals) is the notebook's."""
+    """Which ``forbid`` module a frame runs the code of, or "": known by the file its code comes
+    from (the module's own file, or any file of its folder for a package), whatever name its
+    globals give, so that code which only calls itself ``mlexp.ops`` (``exec`` with made-up
+    globals) is the notebook's, and the library's own files loaded again under another module
+    name are still the library. A module not imported yet is known by its name."""
 
     def __init__(self, forbid):
-        self.forbid, self.places = forbid, []
+        self.forbid, self.places, self.by_name = forbid, [], []
         for name in forbid:
-            module = sys.modules.get(name)
-            path = getattr(module, "__file__", None)
-            if path:
-                path = os.path.realpath(path)
-                is_package = os.path.basename(path) == "__init__.py"
-                self.places.append(os.path.join(os.path.dirname(path), "") if is_package else path)
+            path = getattr(sys.modules.get(name), "__file__", None)
+            if not path:
+                self.by_name.append(name)
+                continue
+            path = os.path.realpath(path)
+            is_package = os.path.basename(path) == "__init__.py"
+            self.places.append((os.path.join(os.path.dirname(path), "") if is_package else path, name))
         self.known = {}
 
-    def __call__(self, frame) -> bool:
-        if not _watched(frame.f_globals.get("__name__", ""), self.forbid):
-            return False
+    def __call__(self, frame) -> str:
         filename = frame.f_code.co_filename
-        mine = self.known.get(filename)
-        if mine is None:
+        root = self.known.get(filename)
+        if root is None:
             real = os.path.realpath(filename) if not filename.startswith("<") else filename
-            mine = any(real == p or (p.endswith(os.sep) and real.startswith(p)) for p in self.places)
-            self.known[filename] = mine
-        return mine
+            root = next((name for p, name in self.places
+                         if real == p or (p.endswith(os.sep) and real.startswith(p))), "")
+            self.known[filename] = root
+        if not root and self.by_name:
+            module = frame.f_globals.get("__name__", "")
+            root = next((m for m in self.by_name if module == m or module.startswith(m + ".")), "")
+        return root
 
 
 def _elements(value, depth: int = 2) -> int:
@@ -135,10 +144,8 @@ def _elements(value, depth: int = 2) -> int:
     return 0
 
 
-def _entry_name(frame, forbid) -> str:
+def _entry_name(frame, root: str) -> str:
     code = frame.f_code
-    module = frame.f_globals.get("__name__", "?")
-    root = next((m for m in forbid if module == m or module.startswith(m + ".")), module)
     name = f"{root}.{getattr(code, 'co_qualname', code.co_name)}"
     impl = frame.f_locals.get("impl") if "impl" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] else None
     return f"{name}(impl={impl!r})" if isinstance(impl, str) else name
@@ -298,15 +305,21 @@ def watching(forbid=()):
     sources, starters, handoffs, forbidden = _Sources(), _starters(), _handoffs(), _Forbidden(forbid)
     thread_start = threading.Thread.start.__code__
 
+    exports = {torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist, torch.Tensor.__dlpack__}
+
     class Count(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             trace.ops += 1
+            if func in exports:                        # numpy or Python lists: work the watch cannot measure
+                trace._escape("took a tensor's numbers out of torch (into numpy or a list)")
             result = func(*args, **(kwargs or {}))
             trace.largest = max(trace.largest, _elements(result), _elements(args))
             return result
 
     def profile(frame, event, arg):
         if event == "c_call":
+            if sources.own(frame.f_code.co_filename) and not (modes_on() and _on_stack(count)):
+                trace._escape("switched off torch's function handling")   # also inside one line, which has no line event
             try:
                 started = starters.get(arg)
             except TypeError:
@@ -323,7 +336,8 @@ def watching(forbid=()):
             trace._escape("started a thread")              # one that runs the notebook's code or a pool's work
         if event != "call" or not forbid or len(trace.used) >= MAX_USED:
             return
-        if not forbidden(frame):
+        root = forbidden(frame)
+        if not root:
             return
         caller = frame.f_back
         if caller is not None and forbidden(caller):
@@ -331,7 +345,7 @@ def watching(forbid=()):
         name = frame.f_code.co_name
         if name.startswith("__") and name.endswith("__"):
             return                                     # a library class's constructor or dunder: not an entry point
-        name = _entry_name(frame, forbid)
+        name = _entry_name(frame, root)
         if name not in trace.used:
             trace.used.append(name)
 

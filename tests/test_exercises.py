@@ -523,7 +523,7 @@ CHUNK_BROADCAST_ALL = CHUNK_DEF + """    B, H, T, D_k = q.shape
 CHUNK_TOKEN_SCAN = CHUNK_DEF + """    S = (k[..., :, None] * v[..., None, :]).cumsum(2)          # (B, H, T, D_k, D_v): the state after each token
     return (q[..., None] * S).sum(-2)
 """
-CHUNK_PER_TOKEN = "a D_k x D_v state (or outer product k_t v_t^T) for every token"
+CHUNK_PER_TOKEN = "is a D_k x D_v matrix for every token"
 # chunk_size ignored (or only half used): exact, but a T x T score matrix or mask is built (issue: the chunk cap).
 CHUNK_WHOLE_SQUARE = CHUNK_DEF + "    return (q @ k.transpose(-1, -2)).tril() @ v\n"
 CHUNK_WHOLE_SQUARE_EINSUM = CHUNK_DEF + """    T = q.shape[2]
@@ -588,6 +588,52 @@ def rec(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 """ + "''')\n\n\n" + CHUNK_DEF + """    return SCRIPT.rec(q, k, v)
 """
 
+# Found by this stop's second attack (issue 28): a per-token scan and a token loop in numpy, a token loop with torch's
+# function handling off inside one line, and mlexp.ops' own files loaded under another name; and two honest forms,
+# one by vmap (must pass) and a vectorised one whose broadcast holds every k_t v_t^T at once (breaks the stated bound).
+CHUNK_NUMPY_SCAN = CHUNK_DEF + """    import numpy as np
+    qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
+    S = np.cumsum(kn[..., :, None] * vn[..., None, :], axis=2)          # (B, H, T, D_k, D_v): a state per token
+    return torch.from_numpy(np.einsum('bhtk,bhtkv->bhtv', qn, S))
+"""
+CHUNK_NUMPY_ACCUMULATE = "import itertools\nimport operator\n\n\n" + CHUNK_DEF + """    import numpy as np
+    qn, kn, vn = (x.numpy() for x in (q, k, v))
+    writes = map(np.multiply, np.moveaxis(kn, 2, 0)[..., :, None], np.moveaxis(vn, 2, 0)[..., None, :])
+    states = itertools.accumulate(writes, operator.add)                  # S_t, token by token, in C
+    outs = map(np.einsum, itertools.repeat('bhk,bhkv->bhv'), np.moveaxis(qn, 2, 0), states)
+    return torch.from_numpy(np.stack(list(outs), axis=2))
+"""
+CHUNK_ONE_LINE_DISABLED = "import itertools\nimport operator\n\n\n" + CHUNK_DEF + """    ks, vs, qs = k.unbind(2), v.unbind(2), q.unbind(2)
+    with torch._C.DisableTorchFunction(): o = torch.stack(list(map(torch.einsum, itertools.repeat('bhk,bhkv->bhv'), qs, itertools.accumulate(map(torch.einsum, itertools.repeat('bhk,bhv->bhkv'), ks, vs), operator.add))), 2)
+    return o + 0
+"""
+CHUNK_OPS_RENAMED = """import importlib.util
+import os
+import sys
+import mlexp.ops
+_dir = os.path.dirname(mlexp.ops.__file__)
+_spec = importlib.util.spec_from_file_location("my_linear_ops", os.path.join(_dir, "__init__.py"), submodule_search_locations=[_dir])
+MINE = importlib.util.module_from_spec(_spec)
+sys.modules["my_linear_ops"] = MINE
+_spec.loader.exec_module(MINE)
+
+
+""" + CHUNK_DEF + """    return MINE.linear_attention(q, k, v, impl="chunk", chunk_size=chunk_size)[0]
+"""
+CHUNK_VMAP = """def one_head(q, k, v, chunk_size):
+    S = q.new_zeros(q.shape[-1], v.shape[-1])
+    out = []
+    for start in range(0, q.shape[0], chunk_size):
+        Qc, Kc, Vc = q[start:start + chunk_size], k[start:start + chunk_size], v[start:start + chunk_size]
+        out.append(Qc @ S + (Qc @ Kc.T).tril() @ Vc)
+        S = S + Kc.T @ Vc
+    return torch.cat(out, 0)
+
+
+""" + CHUNK_DEF + """    return torch.vmap(torch.vmap(lambda a, b, c: one_head(a, b, c, chunk_size)))(q, k, v)
+"""
+CHUNK_VECTORISED_BROADCAST_WRITES = CHUNK_VECTORISED.replace("written = K.transpose(-1, -2) @ V", "written = (K[..., :, None] * V[..., None, :]).sum(3)")
+
 
 def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False, slow=False):
     answer = source if source is not None else sol(L03, "chunkwise_form", *edits)
@@ -631,13 +677,19 @@ CASES += [
     l03_chunk("chunks, but the T x T scores computed first", ("out = []", "full = q @ k.transpose(-1, -2)              # (B, H, T, T)\n    out = []"),
               (CHUNK_MASK, "scores = full[:, :, start:start + chunk_size, start:start + chunk_size].tril()"), hint=CHUNK_BOUND),
     l03_chunk("chunks, but a T x T mask sliced per chunk", source=CHUNK_FULL_MASK, hint=CHUNK_BOUND),
-    l03_chunk("whole T x T product in numpy", source=CHUNK_NUMPY_SQUARE, hint=CHUNK_BOUND),
+    l03_chunk("whole T x T product in numpy", source=CHUNK_NUMPY_SQUARE, hint=CHUNK_WATCH),
+    l03_chunk("per-token scan in numpy", source=CHUNK_NUMPY_SCAN, hint=CHUNK_WATCH),
+    l03_chunk("token loop in numpy, run by itertools", source=CHUNK_NUMPY_ACCUMULATE, hint=CHUNK_WATCH),
+    l03_chunk("token loop with function handling off inside one line", source=CHUNK_ONE_LINE_DISABLED, hint=CHUNK_WATCH),
+    l03_chunk("mlexp.ops loaded again under another name", source=CHUNK_OPS_RENAMED, hint="Write the loop over chunks with tensor operations"),
+    l03_chunk("vmap over batch and heads", source=CHUNK_VMAP, slow=True),
+    l03_chunk("vectorised, chunk writes from broadcast outer products", source=CHUNK_VECTORISED_BROADCAST_WRITES, hint=CHUNK_PER_TOKEN),
     l03_chunk("broadcast products, all chunks at once", source=CHUNK_BROADCAST_ALL, hint=CHUNK_PER_TOKEN),
     l03_chunk("cumulative sum of per-token states, chunk_size ignored", source=CHUNK_TOKEN_SCAN, hint=CHUNK_PER_TOKEN),
     l03_chunk("whole T x T product, torch function handling off", source=CHUNK_DISABLED_SQUARE, hint=CHUNK_WATCH),
     l03_chunk("whole T x T product in a thread pool", source=CHUNK_POOLED_SQUARE, hint=CHUNK_WATCH),
-    l03_chunk("the library op on the long sequence only", source=CHUNK_SIZE_SWITCH, hint="Write the loop over chunks with tensor operations"),
-    l03_chunk("the library op when no watch is on", source=CHUNK_WATCH_SWITCH, hint=CHUNK_BOUND),
+    l03_chunk("the library op on the long sequence only", source=CHUNK_SIZE_SWITCH, hint=CHUNK_WATCH),
+    l03_chunk("the library op when no watch is on", source=CHUNK_WATCH_SWITCH, hint=CHUNK_WATCH),
     l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint="Write the loop over chunks with tensor operations"),
     l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
     l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),

@@ -131,12 +131,27 @@ def test_the_kernel_side_sends_the_largest_tensor_with_the_trace():
 # --- What would take the work out of the watch's sight (issue 28: the rules' evidence is measured in the
 # student's process, so each way around the watch is a case here). Each passes the old count-only watch.
 def _numpy_loop(q, k, v):
+    """A token loop over numpy arrays that were numpy before the call: no torch operation runs."""
     import numpy as np
     S, out = np.zeros((q.shape[-1], v.shape[-1])), []
     for t in range(q.shape[2]):
-        S = S + np.outer(k[0, 0, t].numpy(), v[0, 0, t].numpy())
-        out.append(q[0, 0, t].numpy() @ S)
-    return torch.from_numpy(np.stack(out))
+        S = S + np.outer(k[0, 0, t], v[0, 0, t])
+        out.append(q[0, 0, t] @ S)
+    return np.stack(out)
+
+
+def numpy_inputs(T):
+    return [x.numpy() for x in inputs(T)]
+
+
+def _to_numpy_square(q, k, v):
+    import numpy as np
+    return torch.from_numpy(np.tril(q.numpy() @ np.swapaxes(k.numpy(), -1, -2)) @ v.numpy())
+
+
+def _to_lists_loop(q, k, v):
+    import numpy as np
+    return torch.tensor(np.cumsum(np.array(k.tolist())[..., None] * np.array(v.tolist())[..., None, :], axis=2))
 
 
 def _disabled_loop(q, k, v):
@@ -145,14 +160,25 @@ def _disabled_loop(q, k, v):
 
 
 def test_a_python_loop_is_seen_from_its_lines_even_without_torch_operations():
-    _, short = rules.call(_numpy_loop, *inputs(8))
-    _, long = rules.call(_numpy_loop, *inputs(32))
+    _, short = rules.call(_numpy_loop, *numpy_inputs(8))
+    _, long = rules.call(_numpy_loop, *numpy_inputs(32))
     assert long.lines - short.lines >= 24 * 2 and not long.escaped
     _, short = rules.call(own, *inputs(8))
     _, long = rules.call(own, *inputs(32))
     assert long.lines == short.lines > 0                         # vectorised: the same lines at any length
     with pytest.raises(AssertionError, match="without a Python loop over t"):
-        rules.no_loop(_numpy_loop, inputs)
+        rules.no_loop(_numpy_loop, numpy_inputs)
+
+
+def test_a_tensor_taken_out_of_torch_is_seen():
+    """Work on a tensor's numbers in numpy (or in Python lists) is not measured by the watch: the
+    size and count rules cannot hold there, so moving the numbers out is recorded (issue 28's
+    second attack: a per-token scan and a token loop in numpy passed the chunkwise test)."""
+    for fn in (_to_numpy_square, _to_lists_loop):
+        _, trace = rules.call(fn, *inputs(8))
+        assert trace.escaped == ["took a tensor's numbers out of torch (into numpy or a list)"], fn
+    with pytest.raises(AssertionError, match="could not watch _to_numpy_square run: it took a tensor's numbers out"):
+        rules.bounded(_to_numpy_square, *inputs(8), limit=10 ** 9, bound="any size")
 
 
 def test_switching_off_torch_function_handling_is_seen():
@@ -163,6 +189,42 @@ def test_switching_off_torch_function_handling_is_seen():
         rules.no_loop(_disabled_loop, inputs)
     with pytest.raises(AssertionError, match="could not watch"):
         rules.bounded(_disabled_loop, *inputs(8), limit=10 ** 9, bound="any size")
+
+
+def _one_line_disabled(q, k, v):
+    import itertools
+    import operator
+    with torch._C.DisableTorchFunction(): o = torch.stack(list(itertools.accumulate(v.unbind(2), operator.add)), 2)  # noqa: E701
+    return o + 0
+
+
+def test_function_handling_switched_off_inside_one_line_is_seen():
+    """A region with no line event of its own (a one-line ``with``) is still seen at the C calls
+    the notebook's code makes inside it (the second attack's token loop with one visible op)."""
+    _, trace = rules.call(_one_line_disabled, *inputs(8))
+    assert "switched off torch's function handling" in trace.escaped
+
+
+def test_the_library_loaded_again_under_another_name_is_still_the_library():
+    """mlexp.ops' own files, executed as a module called something else, are known by their file."""
+    import importlib.util
+    import os
+    import mlexp.ops
+    folder = os.path.dirname(mlexp.ops.__file__)
+    spec = importlib.util.spec_from_file_location("my_linear_ops", os.path.join(folder, "__init__.py"),
+                                                  submodule_search_locations=[folder])
+    mine = importlib.util.module_from_spec(spec)
+    sys.modules["my_linear_ops"] = mine
+    try:
+        spec.loader.exec_module(mine)
+
+        def via_copy(q, k, v):
+            return mine.linear_attention(q, k, v, impl="chunk")[0]
+        _, trace = rules.call(via_copy, *inputs(8), forbid=("mlexp.ops",))
+        assert trace.used == ["mlexp.ops.linear_attention(impl='chunk')"], trace.used
+    finally:
+        for name in [n for n in sys.modules if n == "my_linear_ops" or n.startswith("my_linear_ops.")]:
+            del sys.modules[name]
 
 
 def test_work_in_another_thread_or_process_is_seen():
