@@ -632,6 +632,22 @@ CHUNK_VMAP = """def one_head(q, k, v, chunk_size):
 
 """ + CHUNK_DEF + """    return torch.vmap(torch.vmap(lambda a, b, c: one_head(a, b, c, chunk_size)))(q, k, v)
 """
+# The same per-token scan in pieces each within the bound, with chunk_size ignored: one column of v at a time over the
+# whole sequence, or blocks of a fixed 128 tokens (the second attack's H and D).
+CHUNK_SCAN_BY_COLUMN = CHUNK_DEF + """    cols = []
+    for j in range(v.shape[-1]):
+        S_j = torch.cumsum(k * v[..., j:j + 1], dim=2)                 # (B, H, T, D_k): column j of every state
+        cols.append((q * S_j).sum(-1))
+    return torch.stack(cols, dim=-1)
+"""
+CHUNK_SCAN_FIXED_BLOCKS = CHUNK_DEF + """    S, out = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]), []
+    for start in range(0, q.shape[2], 128):                            # 128, whatever chunk_size is
+        Qb, Kb, Vb = (x[:, :, start:start + 128] for x in (q, k, v))
+        St = S[:, :, None] + torch.cumsum(Kb[..., :, None] * Vb[..., None, :], dim=2)
+        out.append(torch.einsum('bhtk,bhtkv->bhtv', Qb, St))
+        S = St[:, :, -1]
+    return torch.cat(out, dim=2)
+"""
 CHUNK_VECTORISED_BROADCAST_WRITES = CHUNK_VECTORISED.replace("written = K.transpose(-1, -2) @ V", "written = (K[..., :, None] * V[..., None, :]).sum(3)")
 
 
@@ -686,6 +702,8 @@ CASES += [
     l03_chunk("vectorised, chunk writes from broadcast outer products", source=CHUNK_VECTORISED_BROADCAST_WRITES, hint=CHUNK_PER_TOKEN),
     l03_chunk("broadcast products, all chunks at once", source=CHUNK_BROADCAST_ALL, hint=CHUNK_PER_TOKEN),
     l03_chunk("cumulative sum of per-token states, chunk_size ignored", source=CHUNK_TOKEN_SCAN, hint=CHUNK_PER_TOKEN),
+    l03_chunk("per-token scan one column of v at a time, chunk_size ignored", source=CHUNK_SCAN_BY_COLUMN, hint="chunk_size is not used"),
+    l03_chunk("per-token scan in blocks of a fixed 128 tokens", source=CHUNK_SCAN_FIXED_BLOCKS, hint="chunk_size is not used"),
     l03_chunk("whole T x T product, torch function handling off", source=CHUNK_DISABLED_SQUARE, hint=CHUNK_WATCH),
     l03_chunk("whole T x T product in a thread pool", source=CHUNK_POOLED_SQUARE, hint=CHUNK_WATCH),
     l03_chunk("the library op on the long sequence only", source=CHUNK_SIZE_SWITCH, hint=CHUNK_WATCH),
