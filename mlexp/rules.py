@@ -27,7 +27,9 @@ What the watch cannot see. It runs in the student's own process, so it is eviden
 the tamper report (autograder.kernel_server) catches code that replaces the watcher itself.
 Torch's function handling switched off is seen at each line and at each C function the
 notebook's code calls, and a tensor's numbers taken into numpy or a list at the call that takes
-them. Not seen: a loop that runs inside C code (``functools.reduce``, ``itertools``, or
+them (refused by the rules that count or measure). Code that torch itself runs inside an
+operation (a backward hook, ``Tensor.apply_``'s function) runs with the mode popped: its lines
+count, its operations do not. Not seen: a loop that runs inside C code (``functools.reduce``, ``itertools``, or
 ``[*iterator]``, which calls nothing) with torch's function handling switched off by C code
 too (``torch._C._disabled_torch_function_impl``); a frame that stops its own line tracing
 (``sys._getframe().f_trace = None``) and still runs one torch operation the watch sees; work
@@ -65,18 +67,23 @@ class Trace:
       view counts as its own shape);
     - ``lines``: lines of Python run in the notebook's own code (not in a library's);
     - ``escaped``: what took part of the call out of the watch's sight, in words ("started a
-      thread", "switched off torch's function handling", ...); empty for plain code.
+      thread", "switched off torch's function handling", ...); empty for plain code;
+    - ``exported``: the calls that took a tensor's numbers out of torch (``"Tensor.numpy"``,
+      ``"Tensor.tolist"``): harmless where only the library's use is checked, but work done on
+      those numbers is beyond the counts and sizes, so :func:`no_loop` and :func:`bounded` refuse it.
     """
     used: list = field(default_factory=list)
     ops: int = 0
     largest: int = 0
     lines: int = 0
     escaped: list = field(default_factory=list)
+    exported: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"used": list(self.used)[:MAX_USED], "ops": int(self.ops), "largest": int(self.largest),
                 "lines": int(self.lines),
-                "escaped": [str(e)[:120] for e in self.escaped[:MAX_USED]]}
+                "escaped": [str(e)[:120] for e in self.escaped[:MAX_USED]],
+                "exported": [str(e)[:120] for e in self.exported[:MAX_USED]]}
 
     @classmethod
     def from_dict(cls, data) -> "Trace":
@@ -89,7 +96,7 @@ class Trace:
         def names(key):
             items = data.get(key) if isinstance(data.get(key), list) else []
             return [str(u)[:120] for u in items[:MAX_USED]]
-        return cls(names("used"), count("ops"), count("largest"), count("lines"), names("escaped"))
+        return cls(names("used"), count("ops"), count("largest"), count("lines"), names("escaped"), names("exported"))
 
     def _escape(self, what: str) -> None:
         if what not in self.escaped and len(self.escaped) < MAX_USED:
@@ -305,20 +312,34 @@ def watching(forbid=()):
     sources, starters, handoffs, forbidden = _Sources(), _starters(), _handoffs(), _Forbidden(forbid)
     thread_start = threading.Thread.start.__code__
 
-    exports = {torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.tolist, torch.Tensor.__dlpack__}
+    exports = {torch.Tensor.numpy: "Tensor.numpy", torch.Tensor.__array__: "Tensor.__array__ (numpy)",
+               torch.Tensor.tolist: "Tensor.tolist", torch.Tensor.__dlpack__: "Tensor.__dlpack__"}
+    inside = [0]      # > 0 while this mode's handler runs an operation: torch pops the mode for that time
 
     class Count(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             trace.ops += 1
-            if func in exports:                        # numpy or Python lists: work the watch cannot measure
-                trace._escape("took a tensor's numbers out of torch (into numpy or a list)")
-            result = func(*args, **(kwargs or {}))
+            if func in exports and exports[func] not in trace.exported:   # numbers the counts cannot follow
+                trace.exported.append(exports[func])
+            inside[0] += 1
+            try:
+                result = func(*args, **(kwargs or {}))
+            finally:
+                inside[0] -= 1
             trace.largest = max(trace.largest, _elements(result), _elements(args))
             return result
 
+    def handling_off() -> bool:
+        """Torch's function handling switched off by the notebook: inside this mode's own handler
+        the mode is popped by torch (code run there, such as a namedtuple's generated __new__
+        when a tensor is printed, is not switching anything off) but handling stays enabled."""
+        if inside[0]:
+            return not torch._C._is_torch_function_enabled()
+        return not (modes_on() and _on_stack(count))
+
     def profile(frame, event, arg):
         if event == "c_call":
-            if sources.own(frame.f_code.co_filename) and not (modes_on() and _on_stack(count)):
+            if sources.own(frame.f_code.co_filename) and handling_off():
                 trace._escape("switched off torch's function handling")   # also inside one line, which has no line event
             try:
                 started = starters.get(arg)
@@ -352,7 +373,7 @@ def watching(forbid=()):
     def line(frame, event, _arg):
         if event == "line":
             trace.lines += 1
-            if not (modes_on() and _on_stack(count)):   # the notebook's code never runs inside the mode
+            if handling_off():                          # the notebook's code never runs inside the mode
                 trace._escape("switched off torch's function handling")
         return line
 
@@ -431,7 +452,14 @@ def write_it_yourself(fn, *args, forbid, instead: str = "", **kwargs):
     return result
 
 
-def _refuse(fn, trace, forbid, instead):
+def _refuse(fn, trace, forbid, instead, measured=False):
+    """``measured``: the rule is judged on the counts or sizes, which work on numbers taken out of
+    torch escapes (``Trace.exported``)."""
+    if measured and trace.exported:
+        raise AssertionError(f"Hint: the test could not measure the work of {_name(fn)}: it took a tensor's numbers out "
+                             f"of torch ({', '.join(trace.exported[:2])}), and the rule is checked by counting torch "
+                             "operations and the sizes of the tensors they make. Do the work with torch operations "
+                             "(printing a tensor, its shape or x.item() is fine).")
     if trace.escaped:
         raise AssertionError(f"Hint: the test could not watch {_name(fn)} run: it {' and '.join(trace.escaped[:2])}. "
                              "The exercise's rule is checked by watching the function do its work here, in the "
@@ -454,7 +482,7 @@ def no_loop(fn, make_args, *, over: str = "t", lengths=(8, 32), forbid=(), inste
     results, traces = [], []
     for T in lengths:
         result, trace = call(fn, *make_args(T), forbid=forbid)
-        _refuse(fn, trace, forbid, "")
+        _refuse(fn, trace, forbid, "", measured=True)
         results.append(result)
         traces.append(trace)
     first, last = traces[0], traces[-1]
@@ -477,7 +505,7 @@ def bounded(fn, *args, limit: int, bound: str, forbid=(), instead: str = "", **k
     terms, for the hint ("8 x B x H x T x max(C, D) numbers"); ``forbid`` is checked as by
     :func:`write_it_yourself`. Returns the result."""
     result, trace = call(fn, *args, forbid=forbid, **kwargs)
-    _refuse(fn, trace, forbid, "")
+    _refuse(fn, trace, forbid, "", measured=True)
     if trace.largest > limit:
         raise AssertionError(f"Hint: {RULE_HINT} with no tensor larger than {bound}: {_name(fn)} made "
                              f"one of {trace.largest:,} numbers, more than the {limit:,} that allows. "

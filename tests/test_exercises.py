@@ -559,6 +559,7 @@ POOL = concurrent.futures.ThreadPoolExecutor(1)
 """ + CHUNK_DEF + """    return POOL.submit(lambda: (q @ k.transpose(-1, -2)).tril() @ v).result()
 """
 CHUNK_WATCH = "the test could not watch chunkwise_linear_attention run"
+CHUNK_EXPORT = "the test could not measure the work of chunkwise_linear_attention"
 # Found by this stop's attack: the library called only where the test would not watch (a long sequence, or no trace
 # hook), a helper exec'd under made-up library globals, and TorchScript; and an honest loop with a progress bar.
 CHUNK_SIZE_SWITCH = CHUNK_DEF + """    if q.shape[2] > 4096:                                # the long sequence of step 6
@@ -693,12 +694,13 @@ CASES += [
     l03_chunk("chunks, but the T x T scores computed first", ("out = []", "full = q @ k.transpose(-1, -2)              # (B, H, T, T)\n    out = []"),
               (CHUNK_MASK, "scores = full[:, :, start:start + chunk_size, start:start + chunk_size].tril()"), hint=CHUNK_BOUND),
     l03_chunk("chunks, but a T x T mask sliced per chunk", source=CHUNK_FULL_MASK, hint=CHUNK_BOUND),
-    l03_chunk("whole T x T product in numpy", source=CHUNK_NUMPY_SQUARE, hint=CHUNK_WATCH),
-    l03_chunk("per-token scan in numpy", source=CHUNK_NUMPY_SCAN, hint=CHUNK_WATCH),
-    l03_chunk("token loop in numpy, run by itertools", source=CHUNK_NUMPY_ACCUMULATE, hint=CHUNK_WATCH),
+    l03_chunk("whole T x T product in numpy", source=CHUNK_NUMPY_SQUARE, hint=CHUNK_EXPORT),
+    l03_chunk("per-token scan in numpy", source=CHUNK_NUMPY_SCAN, hint=CHUNK_EXPORT),
+    l03_chunk("token loop in numpy, run by itertools", source=CHUNK_NUMPY_ACCUMULATE, hint=CHUNK_EXPORT),
     l03_chunk("token loop with function handling off inside one line", source=CHUNK_ONE_LINE_DISABLED, hint=CHUNK_WATCH),
     l03_chunk("mlexp.ops loaded again under another name", source=CHUNK_OPS_RENAMED, hint="Write the loop over chunks with tensor operations"),
     l03_chunk("vmap over batch and heads", source=CHUNK_VMAP, slow=True),
+    l03_chunk("prints the state and a tensor inside", (CHUNK_WRITE, CHUNK_WRITE + "\n        print('state of head 0:', S[0, 0], f'{Qc.sum()}')")),
     l03_chunk("vectorised, chunk writes from broadcast outer products", source=CHUNK_VECTORISED_BROADCAST_WRITES, hint=CHUNK_PER_TOKEN),
     l03_chunk("broadcast products, all chunks at once", source=CHUNK_BROADCAST_ALL, hint=CHUNK_PER_TOKEN),
     l03_chunk("cumulative sum of per-token states, chunk_size ignored", source=CHUNK_TOKEN_SCAN, hint=CHUNK_PER_TOKEN),
@@ -706,8 +708,8 @@ CASES += [
     l03_chunk("per-token scan in blocks of a fixed 128 tokens", source=CHUNK_SCAN_FIXED_BLOCKS, hint="chunk_size is not used"),
     l03_chunk("whole T x T product, torch function handling off", source=CHUNK_DISABLED_SQUARE, hint=CHUNK_WATCH),
     l03_chunk("whole T x T product in a thread pool", source=CHUNK_POOLED_SQUARE, hint=CHUNK_WATCH),
-    l03_chunk("the library op on the long sequence only", source=CHUNK_SIZE_SWITCH, hint=CHUNK_WATCH),
-    l03_chunk("the library op when no watch is on", source=CHUNK_WATCH_SWITCH, hint=CHUNK_WATCH),
+    l03_chunk("the library op on the long sequence only", source=CHUNK_SIZE_SWITCH, hint=CHUNK_EXPORT),
+    l03_chunk("the library op when no watch is on", source=CHUNK_WATCH_SWITCH, hint=CHUNK_EXPORT),
     l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint="Write the loop over chunks with tensor operations"),
     l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
     l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),
