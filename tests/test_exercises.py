@@ -855,6 +855,7 @@ CASES += [
     l06_gate("clamped exponent, then masked", (GATE_MASK, "L = diff.clamp(max=0).exp() * causal")),
     l06_gate("float64 inside, input dtype out", (GATE_OUT, "return ((L.double() * (q.double() @ k.double().transpose(-1, -2))) @ v.double()).to(q.dtype)")),
     l06_gate("einsum", (GATE_OUT, "return torch.einsum('bhts,bhtk,bhsk,bhsv->bhtv', L, q, k, v)")),
+    l06_gate("under torch.no_grad()", ("def parallel_scalar_gate", "@torch.no_grad()\ndef parallel_scalar_gate"), hint="the output carries no gradient with respect to g"),
     # The rules: no library op (any impl), no loop over t, the inputs' dtype (items 1 and 3).
     l06_gate("library recurrent path", source=l06_library("recurrent"), hint="it calls the library op"),
     l06_gate("library chunk path", source=l06_library("chunk"), hint="this exercise asks you to write it yourself"),
