@@ -700,7 +700,7 @@ CASES += [
     l03_chunk("token loop with function handling off inside one line", source=CHUNK_ONE_LINE_DISABLED, hint=CHUNK_WATCH),
     l03_chunk("mlexp.ops loaded again under another name", source=CHUNK_OPS_RENAMED, hint="Write the loop over chunks with tensor operations"),
     l03_chunk("vmap over batch and heads", source=CHUNK_VMAP, slow=True),
-    l03_chunk("prints the state and a tensor inside", (CHUNK_WRITE, CHUNK_WRITE + "\n        print('state of head 0:', S[0, 0], f'{Qc.sum()}')")),
+    l03_chunk("prints the state and a tensor inside", (CHUNK_WRITE, CHUNK_WRITE + "\n        print('state of head 0:', S[0, 0], f'{Qc.sum()}')"), slow=True),
     l03_chunk("vectorised, chunk writes from broadcast outer products", source=CHUNK_VECTORISED_BROADCAST_WRITES, hint=CHUNK_PER_TOKEN),
     l03_chunk("broadcast products, all chunks at once", source=CHUNK_BROADCAST_ALL, hint=CHUNK_PER_TOKEN),
     l03_chunk("cumulative sum of per-token states, chunk_size ignored", source=CHUNK_TOKEN_SCAN, hint=CHUNK_PER_TOKEN),
