@@ -1090,6 +1090,7 @@ def test_every_slip_hint_has_a_catalogue_entry(lesson):
     assert not missing, f"{lesson}: hints with no entry in solutions/{lesson}/mistakes.json:\n" + "\n".join(missing)
 
 
+@pytest.mark.slow   # reruns each lesson's hinted answer cases: left out of make test-fast (under 3 min); make test runs it
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_every_catalogued_mistake_is_made_by_a_demo_student_or_an_answer_case(lesson):
     """Each mistake of solutions/<id>/mistakes.json is made somewhere the grader is held to it:
