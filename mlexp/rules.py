@@ -103,10 +103,6 @@ class Trace:
             self.escaped.append(what)
 
 
-def _watched(module: str, forbid) -> bool:
-    return any(module == m or module.startswith(m + ".") for m in forbid)
-
-
 class _Forbidden:
     """Which ``forbid`` module a frame runs the code of, or "": known by the file its code comes
     from (the module's own file, or any file of its folder for a package), whatever name its
@@ -115,7 +111,7 @@ class _Forbidden:
     name are still the library. A module not imported yet is known by its name."""
 
     def __init__(self, forbid):
-        self.forbid, self.places, self.by_name = forbid, [], []
+        self.places, self.by_name = [], []
         for name in forbid:
             path = getattr(sys.modules.get(name), "__file__", None)
             if not path:

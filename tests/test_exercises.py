@@ -560,6 +560,7 @@ POOL = concurrent.futures.ThreadPoolExecutor(1)
 """
 CHUNK_WATCH = "the test could not watch chunkwise_linear_attention run"
 CHUNK_EXPORT = "the test could not measure the work of chunkwise_linear_attention"
+CHUNK_LIBRARY = "Write the loop over chunks with tensor operations"
 # Found by this stop's attack: the library called only where the test would not watch (a long sequence, or no trace
 # hook), a helper exec'd under made-up library globals, and TorchScript; and an honest loop with a progress bar.
 CHUNK_SIZE_SWITCH = CHUNK_DEF + """    if q.shape[2] > 4096:                                # the long sequence of step 6
@@ -680,7 +681,7 @@ CASES += [
     l03_chunk("upper triangle", (".tril()", ".triu()"), hint="keeps the upper triangle"),
     l03_chunk("no inter-chunk term", (CHUNK_READ, "out.append(scores @ Vc)"), hint="the inter-chunk term is missing"),
     l03_chunk("calls the library op", source=CHUNK_DEF + "    return linear_attention(q, k, v, impl='chunk', chunk_size=chunk_size)[0]\n",
-              hint="Write the loop over chunks with tensor operations"),
+              hint=CHUNK_LIBRARY),
     l03_chunk("loop over tokens", source=CHUNK_TOKEN_LOOP, hint="Loop over the T / C chunks only"),
     l03_chunk("float32 state", ("S = q.new_zeros(B, H, D_k, v.shape[-1])", "S = torch.zeros(B, H, D_k, v.shape[-1])"), hint="Create S with the inputs' dtype"),
     l03_chunk("float32 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v = q.float(), k.float(), v.float()\n    B, H, T, D_k = q.shape"),
@@ -698,7 +699,7 @@ CASES += [
     l03_chunk("per-token scan in numpy", source=CHUNK_NUMPY_SCAN, hint=CHUNK_EXPORT),
     l03_chunk("token loop in numpy, run by itertools", source=CHUNK_NUMPY_ACCUMULATE, hint=CHUNK_EXPORT),
     l03_chunk("token loop with function handling off inside one line", source=CHUNK_ONE_LINE_DISABLED, hint=CHUNK_WATCH),
-    l03_chunk("mlexp.ops loaded again under another name", source=CHUNK_OPS_RENAMED, hint="Write the loop over chunks with tensor operations"),
+    l03_chunk("mlexp.ops loaded again under another name", source=CHUNK_OPS_RENAMED, hint=CHUNK_LIBRARY),
     l03_chunk("vmap over batch and heads", source=CHUNK_VMAP, slow=True),
     l03_chunk("prints the state and a tensor inside", (CHUNK_WRITE, CHUNK_WRITE + "\n        print('state of head 0:', S[0, 0], f'{Qc.sum()}')"), slow=True),
     l03_chunk("vectorised, chunk writes from broadcast outer products", source=CHUNK_VECTORISED_BROADCAST_WRITES, hint=CHUNK_PER_TOKEN),
@@ -710,7 +711,7 @@ CASES += [
     l03_chunk("whole T x T product in a thread pool", source=CHUNK_POOLED_SQUARE, hint=CHUNK_WATCH),
     l03_chunk("the library op on the long sequence only", source=CHUNK_SIZE_SWITCH, hint=CHUNK_EXPORT),
     l03_chunk("the library op when no watch is on", source=CHUNK_WATCH_SWITCH, hint=CHUNK_EXPORT),
-    l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint="Write the loop over chunks with tensor operations"),
+    l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint=CHUNK_LIBRARY),
     l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
     l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),
 ]
