@@ -251,6 +251,10 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             noted = isolation()
             atomic_write(out / "isolation.txt", "".join(f"{n}\n" for n in noted))
 
+    # grades.csv exists from the start (what is reused or rejected); each commit rewrites it after
+    # its journal entry, so a kill (SIGKILL) leaves it at most the one interrupted commit behind
+    # the journal, and the next run rewrites it whole.
+    _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
     bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress)
     with warnings.catch_warnings():
         # nbgrader's gradebook code trips SQLAlchemy autoflush warnings; they say nothing of the class.
@@ -269,6 +273,8 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             else:   # its calls in flight end with it: let them
                 grader.cluster.close()
                 pool.shutdown()
+            # Ctrl-C between a journal entry and its grades.csv row: the row is written now
+            _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
             raise
         finally:
             bar.close()
