@@ -4,11 +4,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import nbformat
 from nbgrader.apps import NbGraderAPI
 
 from .cells import grade_id_of, is_test_cell
 from .config import list_assignments, work_config
 from .mistakes import MISTAKES_FILE
+from .seeds import answer_results, student_table
+
+SEED_TABLE = "seeds.md"   # a lesson's seed table (autograder.seeds), released without answer rows
 
 __all__ = ["BuildError", "generate_release", "build", "check_build", "check_test_cells"]
 
@@ -39,7 +43,18 @@ def generate_release(root: Path, assignments, work: Path, db_url=None) -> Path:
             detail = result.get("error", "").strip().splitlines()[-1:] or ["(no message)"]
             raise BuildError(f"nbgrader generate_assignment failed for solutions/{a}: {detail[0]}\n"
                              f"{result.get('log', '')}")
+        _student_seed_table(Path(root) / "solutions" / a, work / "release" / a)
     return work / "release"
+
+
+def _student_seed_table(source: Path, release: Path) -> None:
+    """The release's seeds.md without the rows computed from exercise answers (the reference
+    run's values would be the answers: autograder.seeds.answer_results)."""
+    table = release / SEED_TABLE
+    if not table.is_file():
+        return
+    hidden = [n for nb in sorted(source.glob("*.ipynb")) for n in answer_results(nbformat.read(nb, as_version=4))]
+    table.write_text(student_table(table.read_text(), hidden))
 
 
 def _files(folder: Path) -> set:

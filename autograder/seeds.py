@@ -153,3 +153,73 @@ def main(argv=None, prog="python -m autograder seeds") -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     add_arguments(p)
     return run(p.parse_args(argv), p.error)
+
+
+# ----------------------------------------------------------------------- the student's copy
+STUDENT_NOTE = ("Rows whose numbers are computed from the lesson's exercise answers ({names}) are left out "
+                "of this copy: your own run of the lesson prints them.")
+
+
+def _top_level_names(source: str) -> set:
+    """Names a cell defines at its top level (functions, classes, assignment targets)."""
+    import ast
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:   # a cell with IPython magics: it defines no answer
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def _loaded_names(source: str) -> set:
+    import ast
+    try:
+        return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)
+                and isinstance(n.ctx, ast.Load)}
+    except SyntaxError:
+        return set()
+
+
+def answer_results(nb) -> list:
+    """The RESULT names (``RESULT <name> ...``) of solution notebook ``nb`` whose numbers come
+    from an exercise's answer, in notebook order: those printed by a solution cell (nbgrader
+    ``solution: true``), and those printed by a cell that reads a name only a solution cell
+    defines (the student's function or value, e.g. ``conv_reach``). A seed table shows the
+    reference run, so these rows would show the answers; :func:`student_table` leaves them out.
+    """
+    import re
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    solution = [c for c in code if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    answers = set().union(*(_top_level_names(c.source) for c in solution)) - \
+        set().union(*(_top_level_names(c.source) for c in code if c not in solution))
+    found = []
+    for cell in code:
+        names = re.findall(r"RESULT (\w+)", cell.source)
+        if names and (cell in solution or _loaded_names(cell.source) & answers):
+            found += [n for n in names if n not in found]
+    return found
+
+
+def student_table(text: str, hidden) -> str:
+    """Seed table ``text`` (``format_markdown``'s markdown) without the rows of the RESULT names
+    in ``hidden``, with a line that says which were left out; unchanged when none are in it."""
+    hidden = set(hidden)
+    kept, dropped = [], []
+    for line in text.splitlines(keepends=True):
+        cells = line.split("|")
+        name = cells[1].split()[0] if line.startswith("| ") and len(cells) > 2 and cells[1].split() else None
+        if name in hidden:
+            dropped += [name] if name not in dropped else []
+            continue
+        kept.append(line)
+    if not dropped:
+        return text
+    first_table = next((i for i, line in enumerate(kept) if line.startswith("## ")), len(kept))
+    kept.insert(first_table, STUDENT_NOTE.format(names=", ".join(dropped)) + "\n\n")
+    return "".join(kept)

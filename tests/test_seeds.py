@@ -119,3 +119,50 @@ def test_the_old_command_points_at_the_runner_and_the_library_never_imports_the_
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "autograder" or n.startswith("autograder.") for n in names), \
                 f"{path} imports {names}"
+
+# ------------------------------------------------- the student's seed table holds no answers
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _solution_cell(source):
+    cell = new_code_cell(source)
+    cell.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "ex", "locked": False}
+    return cell
+
+
+def test_answer_results_are_printed_by_a_solution_cell_or_from_an_answer():
+    from autograder.seeds import answer_results
+    nb = new_notebook(cells=[
+        new_code_cell("SEED = 0\nT = 8\nprint(f'RESULT setup T={T}')"),
+        _solution_cell("def reach(L, k):\n    return 1 + L * (k - 1)\nT = 8\nans = reach(2, 4)\n"
+                       "print(f'RESULT own ans={ans}')"),
+        new_code_cell("print(f'RESULT from_answer r={reach(4, 4)}')\nprint(f'RESULT same_cell x={T}')"),
+        new_code_cell("print(f'RESULT uses_shared_name t={T}')"),   # T is defined outside too
+        new_markdown_cell("RESULT in prose is not a line"),
+    ])
+    assert answer_results(nb) == ["own", "from_answer", "same_cell"]
+
+
+def test_student_table_drops_answer_rows_and_says_so():
+    from autograder.seeds import student_table
+    table = format_markdown({"L": aggregate({0: result_lines("RESULT kept a=1\nRESULT ans b=2")})}, [0])
+    out = student_table(table, ["ans"])
+    assert "| kept | a |" in out and "| ans |" not in out and "left out of this copy" in out and "(ans)" in out
+    assert parse_markdown(out)["L"] == [r for r in parse_markdown(table)["L"] if r["result"] != "ans"]
+    assert student_table(table, ["absent"]) == table
+
+
+@pytest.mark.parametrize("lesson", sorted(p.parent.name for p in (REPO / "solutions").glob("*/seeds.md")))
+def test_released_seed_table_holds_no_answer_rows(lesson):
+    """lessons/<id>/seeds.md (the student's, also inside the course file) is the instructor's table
+    without the rows computed from exercise answers, and with every other row."""
+    from autograder.seeds import answer_results
+    hidden = {n for nb in (REPO / "solutions" / lesson).glob("*.ipynb") for n in answer_results(nbformat.read(nb, 4))}
+    full = parse_markdown((REPO / "solutions" / lesson / "seeds.md").read_text())
+    student = parse_markdown((REPO / "lessons" / lesson / "seeds.md").read_text())
+    name = lambda r: r["result"].split()[0]
+    assert all(name(r) not in hidden for rows in student.values() for r in rows)
+    assert student == {k: [r for r in rows if name(r) not in hidden] for k, rows in full.items()}
+    known = {"00_token_mixing": {"kv_per_token_exercise", "conv_reach"}, "05_inattention": {"attention_pairs"},
+             "03_gates_and_delta_rule": {"retnet_decay"}}   # the leaks an instructor found
+    assert known.get(lesson, set()) <= hidden
