@@ -209,13 +209,28 @@ def _set_repo(root: Path, repo: str) -> None:
 SECONDS_EACH_2_JOBS = (5, 30)
 
 
+def _parallel(jobs: int, n: int = None) -> int:
+    """How many of ``n`` submissions run at once with ``jobs`` on this machine's cores."""
+    import os
+    return max(1, min(jobs, os.cpu_count() or 1, n if n is not None else jobs))
+
+
 def _minutes(n: int, jobs: int) -> str:
     """'about 1-3 minutes' for ``n`` submissions graded ``jobs`` at a time on this machine."""
     import math
-    import os
-    parallel = max(1, min(jobs, os.cpu_count() or 1, n))
+    parallel = _parallel(jobs, n)
     lo, hi = (max(1, math.ceil(n * s * 2 / parallel / 60)) for s in SECONDS_EACH_2_JOBS)
     return f"about {hi} minute{'s' * (hi != 1)}" if lo == hi else f"about {lo}-{hi} minutes"
+
+
+def _pace(jobs: int) -> str:
+    """What _minutes assumes, for ``jobs`` at a time on this machine: SECONDS_EACH_2_JOBS
+    (measured 2 at a time on 2 cores) turned into seconds a submission at this run's pace."""
+    import os
+    cores = os.cpu_count() or 1
+    lo, hi = (max(1, round(s * 2 / _parallel(jobs))) for s in SECONDS_EACH_2_JOBS)
+    return (f"(with {jobs} at a time on {cores} core{'s' * (cores != 1)}, {lo}-{hi} s a "
+            "submission, from a quiet laptop to a busy shared server; less for any graded before)")
 
 
 def _announce(args, sample) -> None:
@@ -226,9 +241,7 @@ def _announce(args, sample) -> None:
               f"into {args.out}/; the progress bar counts the submissions.", file=sys.stderr, flush=True)
         return
     args = argparse.Namespace(**{**vars(args), "jobs": args.jobs or 1})   # grade_class's default
-    lo, hi = SECONDS_EACH_2_JOBS
-    per = (f"(with 2 at a time on 2 cores, {lo}-{hi} s a submission, from a quiet laptop to a busy "
-           "shared server; less for any graded before)")
+    per = _pace(args.jobs)
     if sample is not None:
         picked, total = sample
         which = ["a typical mistake", "a typical mistake and the all-correct student",
@@ -379,10 +392,13 @@ def _publish(args) -> int:
     except PublishError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    # publish.scan allows the solutions' lines with --with-solutions: say only what it checked
     print(f"wrote the student edition into {args.out}: {done['files']} files, "
           f"{len(done['lessons'])} lessons" + (", worked solutions without hidden tests"
                                                if args.with_solutions else "")
-          + "; scanned: no solution, hidden test, mistake catalogue, demo notebook or grader code.")
+          + "; scanned: no " + ("" if args.with_solutions else "solution, ")
+          + "hidden test, mistake catalogue, demo notebook or grader code"
+          + (" (the solutions are in it on purpose)." if args.with_solutions else "."))
     if done["repo"] == PLACEHOLDER_REPO:
         print(f"note: its Colab badges point at the placeholder {PLACEHOLDER_REPO}; give --repo "
               "OWNER/NAME, the public repository you push it to.")
@@ -419,12 +435,19 @@ def _book(args) -> int:
 
 
 def _export(args) -> int:
+    """Without --term, export_gradebook reads the term file recorded in DIR (term-file.txt) whole:
+    the late rules the scores have and the lms_column that places them. An export that fills no
+    cell prints what it matched, then exits 2 like any other export that cannot be used."""
     from .export import export_gradebook, format_export, term_for
     term = term_for(args.term, Path(args.out)) if args.term else None
     result = export_gradebook(Path(args.out), args.lms, Path(args.gradebook), Path(args.dest),
                               term=term, lesson=args.lesson,
                               feedback=Path(args.feedback) if args.feedback else None)
     print(format_export(result))
+    if not result.filled:
+        print(f"error: no grade filled into {args.gradebook} (the lines above say what did not "
+              "match); nothing to upload", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -20,7 +20,9 @@ of the LMS's own gradebook file with the cells it has a grade for filled in, rea
   worksheet's file name (Moodle names it ``Grades-<course>-<assignment>-<cmid>.csv``), else the
   only lesson grades.csv holds. A student is matched by the participant id a Moodle zip gives
   (``Ann Smith_1001`` -> ``Participant 1001``); the score is scaled to the row's Maximum Grade
-  (Moodle refuses a grade above it, so a larger one is capped, and said).
+  (Moodle refuses a grade above it, so a larger one is capped, and said). Its headers are matched
+  ignoring case and surrounding spaces (``Maximum grade``, `` maximum Grade ``): Moodle versions
+  and language packs differ in case.
 - **Blackboard**, the Grade Centre's Work Offline > Download (tab-delimited ``.xls``, often
   UTF-16, or comma-separated): ``Last Name, First Name, Username, Student ID, ...`` and columns
   ``<name> [Total Pts: 10 Score] |123456``. A student is matched by user name (the id a
@@ -37,11 +39,14 @@ written cell is ever a formula (ids.spreadsheet_safe). What was matched, and wha
 
 With ``--feedback ZIP`` it also writes the feedback pages (DIR/feedback/<student>/<lesson>/)
 the way the LMS takes them back: for Moodle the "upload multiple feedback files in a zip"
-layout, one folder per student named as in its submissions download
-(``Ann Smith_1001_assignsubmission_file_/<lesson>_feedback.html``); for Canvas and Blackboard a
-folder per lesson with one page per student, named after the student as the gradebook shows them
-and their id (``01_running_sum/Smith, Ann (smithann_12345).html``), to attach in SpeedGrader or
-the Grade Centre.
+layout, one folder per student named ``<student id>_assignsubmission_file_/`` after the id
+grades.csv has (``Ann Smith_1001_assignsubmission_file_/<lesson>_feedback.html``: a class graded
+from Moodle's own download has its ``Full Name_<participant id>``, an id ``bea_1002`` gives
+``bea_1002_...``); Moodle's importer reads only the participant id, the number after the first
+``_``. For Canvas and Blackboard: a folder per lesson with one page per student, named after
+the student as the gradebook shows them and their id
+(``01_running_sum/Smith, Ann (smithann_12345).html``), to attach in SpeedGrader or the Grade
+Centre.
 """
 from __future__ import annotations
 
@@ -57,7 +62,7 @@ from pathlib import Path
 from . import ids
 
 __all__ = ["LMS", "ExportError", "Table", "read_table", "write_table", "export_gradebook",
-           "Export", "format_export", "term_for", "write_feedback_zip"]
+           "Export", "format_export", "term_for", "recorded_term", "write_feedback_zip"]
 
 LMS = ("canvas", "moodle", "blackboard")
 BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
@@ -284,9 +289,27 @@ def term_for(path, out_dir):
     from .course import LESSONS
     from .term import load_term
     graded = set()
-    if (Path(out_dir) / "grades.csv").is_file():
-        graded = {r["assignment"] for r in _final_rows(out_dir)}
+    try:    # only the lesson ids: read without a term (a recorded one could name other lessons)
+        with open(Path(out_dir) / "grades.csv", newline="", encoding="utf-8") as f:
+            graded = {r.get("assignment") or "" for r in csv.DictReader(f)} - {""}
+    except (OSError, UnicodeDecodeError, csv.Error):
+        pass    # _final_rows says what is wrong with it
     return load_term(path, set(LESSONS) | graded)
+
+
+def recorded_term(out_dir):
+    """The term file recorded in ``out_dir`` by the last ``grade``/``report --term``
+    (term.TERM_RECORD), read whole as :func:`term_for` reads a ``--term`` file (its late rules
+    and its lms_column entries), or None when none is recorded. Raises TermError when the
+    recorded file is gone or no longer valid."""
+    from .term import TERM_RECORD, remembered_term
+    record = Path(out_dir) / TERM_RECORD
+    if not record.is_file():
+        return None
+    path = Path(record.read_text().strip())
+    if not path.is_file():
+        remembered_term(out_dir)    # raises the TermError that names the record and the file
+    return term_for(path, out_dir)
 
 
 # --------------------------------------------------------------------------- the three LMSs
@@ -337,6 +360,8 @@ class Export:
     rows: dict = field(default_factory=dict)          # student id -> (record index, display name)
     feedback: list = field(default_factory=list)      # names written into the feedback zip
     feedback_zip: Path = None
+    term_file: Path = None        # the term file whose lms_column matched lessons (None: none)
+    term_recorded: bool = False   # that file was the one recorded in DIR/term-file.txt
 
 
 class _Gradebook:
@@ -347,17 +372,26 @@ class _Gradebook:
     def __init__(self, table: Table):
         self.table = table
         self.head = table.header()
-        if self.id_column not in self.head:
+        self.id_index = self.index(self.id_column)
+        if self.id_index is None:
             raise ExportError(
                 f"{table.path} is not a {self.name} {self.kind}: its first row has no "
                 f"'{self.id_column}' column (it has {', '.join(map(repr, self.head[:8]))}"
                 f"{', ...' if len(self.head) > 8 else ''}). {self.how}")
-        self.id_index = self.head.index(self.id_column)
+
+    def index(self, header: str):
+        """Index of the column named ``header``: the exact name, else the one name equal to it
+        ignoring case and surrounding spaces (``Maximum Grade``, ``maximum grade``; LMS versions
+        and language packs differ in case); None when none or several are."""
+        if header in self.head:
+            return self.head.index(header)
+        found = [i for i, h in enumerate(self.head) if h.strip().casefold() == header.casefold()]
+        return found[0] if len(found) == 1 else None
 
     def cell(self, record: int, header: str) -> str:
         values = self.table.records[record].values
-        i = self.head.index(header) if header in self.head else -1
-        return values[i] if 0 <= i < len(values) else ""
+        i = self.index(header)
+        return values[i] if i is not None and i < len(values) else ""
 
     def students(self) -> dict:
         """gradebook key -> record index, for every row that is a student."""
@@ -445,8 +479,8 @@ class _Moodle(_Gradebook):
 
     def __init__(self, table):
         super().__init__(table)
-        for col in ("Grade", "Maximum Grade"):
-            if col not in self.head:
+        for col in ("Grade", "Maximum Grade"):     # matched as _Gradebook.index matches
+            if self.index(col) is None:
                 raise ExportError(f"{table.path}: no '{col}' column; {self.how}")
 
     def normal(self, key):
@@ -459,7 +493,8 @@ class _Moodle(_Gradebook):
         return self.cell(record, "Full name") or super().display(record)
 
     def column(self, lesson, wanted):
-        return Column(self.head.index("Grade"), "Grade"), ""
+        i = self.index("Grade")
+        return Column(i, self.head[i], None), ""
 
 
 class _Blackboard(_Gradebook):
@@ -518,9 +553,10 @@ def _lesson_columns(book, lessons, term, only=None) -> tuple:
                     wanted = guess
                     break
             else:
-                missing[lesson] = ("no lms_column for it in the term file, and no column is "
-                                   "named after the lesson (give --term FILE with "
-                                   f"[lessons.{lesson}] lms_column = \"...\")")
+                where = (f"no lms_column for it in the term file {term.path}" if term is not None
+                         else "no term file (no --term, none recorded in DIR/term-file.txt)")
+                missing[lesson] = (f"{where}, and no column is named after the lesson (give "
+                                   f"--term FILE with [lessons.{lesson}] lms_column = \"...\")")
                 continue
         col, why = book.column(lesson, wanted)
         if col is None:
@@ -554,12 +590,17 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     ``out_dir`` and write it to ``out``; with ``feedback``, also write the feedback zip.
 
     ``lms``: canvas, moodle or blackboard. ``term``: a :class:`autograder.term.Term` (its
-    lms_column map), or None. ``lesson``: for Moodle, the lesson the worksheet is for; for
+    lms_column map and late rules), or None: the term file recorded in ``out_dir`` by the last
+    ``--term`` (:func:`recorded_term`, the same one the scores' late penalties come from), else
+    none. ``lesson``: for Moodle, the lesson the worksheet is for; for
     Canvas and Blackboard, fill only that lesson's column (None: every lesson). Returns an
     :class:`Export` (format_export prints it). Raises ExportError on a file it cannot use.
     """
     if lms not in GRADEBOOKS:
         raise ExportError(f"--lms {lms!r}: one of {', '.join(LMS)}")
+    recorded = term is None
+    if recorded:    # the whole recorded term file: its late rules and its lms_column alike
+        term = recorded_term(out_dir)
     rows = _final_rows(out_dir, term)
     table = read_table(gradebook)
     book = GRADEBOOKS[lms](table)
@@ -572,6 +613,8 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     else:
         only = lesson
     result = Export(lms, Path(gradebook), Path(out))
+    if term is not None and term.path is not None:
+        result.term_file, result.term_recorded = Path(term.path), recorded
     result.columns, result.unmatched_lessons = _lesson_columns(book, lessons, term, only)
     students = book.students()
     changes, graded_rows, filled_by = {}, set(), {}
@@ -657,7 +700,7 @@ def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
                 result.notes.append(f"{sid}, {lesson}: no feedback page in "
                                     f"{Path(out_dir) / 'feedback'}; none packed")
                 continue
-            if lms == "moodle":    # Moodle's download layout: <Full Name>_<id>_assignsubmission_file_/
+            if lms == "moodle":    # <student id>_assignsubmission_file_/: Moodle reads its 2nd part
                 name = f"{ids.folder_name(sid)}_assignsubmission_file_/{lesson}_feedback.html"
             else:
                 who = ids.folder_name(f"{result.rows[sid][1]} ({sid})")
@@ -671,6 +714,10 @@ def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
 def format_export(result: Export) -> str:
     """The lines `export` prints: columns matched, cells filled, and everything not matched."""
     lines = [f"{result.lms} gradebook {result.gradebook}:"]
+    if result.term_file is not None:
+        lines.append(f"  lessons matched to columns with the term file {result.term_file}" +
+                     (" (recorded in DIR/term-file.txt; --term names another)"
+                      if result.term_recorded else ""))
     for lesson, col in sorted(result.columns.items()):
         n = sum(1 for (_, l) in result.filled if l == lesson)
         pts = f"{col.points:g} points" if col.points is not None else "each row's Maximum Grade"
@@ -691,8 +738,14 @@ def format_export(result: Export) -> str:
         lines.append(f"  kept as the LMS had ({len(result.kept)} student(s) of the gradebook with "
                      "no grade here): " + "; ".join(ids.printable(s) for s in result.kept))
     lines += [f"  note: {ids.printable(n)}" for n in result.notes]
-    lines.append(f"wrote {result.out}: upload it to {result.lms.capitalize()} (README: Grades back "
-                 "into the LMS)")
+    if result.filled:
+        lines.append(f"wrote {result.out}: upload it to {result.lms.capitalize()} (README: Grades "
+                     "back into the LMS)")
+    else:    # as loud as the NOT FILLED / NOT FOUND lines: nothing here is worth an upload
+        lines.append(f"  NOTHING FILLED: no grade was written, {result.out} is the gradebook as "
+                     "downloaded; see the lines above for why (give --term FILE with each lesson's "
+                     "lms_column, or --lesson ID)")
+        lines.append(f"wrote {result.out}, unchanged: nothing in it to upload")
     if result.feedback:
         lines.append(f"wrote {result.feedback_zip}: {len(result.feedback)} feedback page(s) "
                      "(README: Grades back into the LMS says where each LMS takes them)")

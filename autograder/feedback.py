@@ -294,20 +294,24 @@ _GRADE_BOX = re.compile(re.escape(GRADE_BOX_START) + ".*?" + re.escape(GRADE_BOX
 # beyond a div, a list and text, so a page stays as safe as the template made it.
 
 
-def grade_box(row) -> str:
+def grade_box(row, titles=None) -> str:
     """The HTML box a feedback page shows above its exercises: the lesson's final score, the
     tests' score, the late penalty and the instructor's overrides (with their comments), all
-    escaped. ``row``: an autograder.results.FinalGrade. Holds no test code and no answer."""
+    escaped. ``row``: an autograder.results.FinalGrade; ``titles``: {grade_id: title} of its
+    lesson's exercises (an override names its exercise by title where known, else by grade id).
+    Holds no test code and no answer."""
     import html
     e = html.escape
     items = [f"<li class='raw'>Tests: {row.machine_score:g} of {row.max_score:g} points</li>"]
     for o in row.overrides:
-        what = f"exercise <code>{e(o.exercise)}</code> set to" if o.exercise else \
-            "lesson total set to"
+        title = (titles or {}).get(o.exercise)
+        name = f"&ldquo;{e(title)}&rdquo;" if title and title != o.exercise else \
+            f"<code>{e(o.exercise)}</code>"
+        what = f"exercise {name} set to" if o.exercise else "lesson total set to"
         said = f": {e(o.comment)}" if o.comment else ""
         who = f" ({e(o.by)})" if o.by else ""
         items.append(f"<li class='override'>Changed by your instructor{who}: {what} "
-                     f"{o.points:g} points{said}</li>")
+                     f"{o.points:g} point{'s' * (o.points != 1)}{said}</li>")
     if row.late_note:
         items.append(f"<li class='late'>Late work: {e(row.late_note)}</li>")
     if row.status.kind == "needs manual review" and row.review == "undecided":
@@ -319,8 +323,9 @@ def grade_box(row) -> str:
             f"<ul>{''.join(items)}</ul></div>{GRADE_BOX_END}")
 
 
-def write_grade_boxes(out, rows) -> list:
-    """Put :func:`grade_box` of each row into its feedback pages
+def write_grade_boxes(out, rows, titles=None) -> list:
+    """Put :func:`grade_box` of each row into its feedback pages (``titles``: {lesson:
+    {grade_id: title}}, for the overrides' exercise names)
     (``out/feedback/<student>/<lesson>/*.html``), replacing the box an earlier run wrote (or
     placing it right after the page's first heading). A row with nothing to say (its lesson
     has no due date, no override, no pending review) gets no box (an old one is removed).
@@ -332,7 +337,7 @@ def write_grade_boxes(out, rows) -> list:
     written = []
     for row in rows:
         said = row.due or row.overrides or row.late_note or row.review == "undecided"
-        box = grade_box(row) if said else ""   # no term and no decision: the page as graded
+        box = grade_box(row, (titles or {}).get(row.assignment)) if said else ""   # no term and no decision: the page as graded
         for page in sorted((Path(out) / "feedback" / folder_name(row.student) / row.assignment)
                            .glob("*.html")):
             text = page.read_text(encoding="utf-8")

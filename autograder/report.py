@@ -93,7 +93,9 @@ def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD, ter
         note = "copydetect is not installed (pip install copydetect, or the grade extra)."
     write_insights_csv(out / "insights.csv", data)
     csvs = write_lesson_csvs(out, data, grades)
-    pages = write_grade_boxes(out, grades)
+    titles = {a: {ex.grade_id: ex.title for ex in lesson.exercises}
+              for a, lesson in data.lessons.items()}
+    pages = write_grade_boxes(out, grades, titles)
     atomic_write(out / REPORT_FILE, render_report(data, pairs, out, threshold, note, grades))
     return {"report": out / REPORT_FILE, "insights": out / "insights.csv", "csv": csvs,
             "pairs": sum(len(p) for p in pairs.values()), "feedback": len(pages),

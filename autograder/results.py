@@ -224,6 +224,18 @@ def _aware(text: str, zone) -> dt.datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=zone)
 
 
+def _unknown_time(source: str) -> str:
+    """"submission time unknown", with why when ``source`` says it. A source that itself
+    starts with "unknown (" (CANVAS_LATE_SOURCE) gives its reason once: "submission time unknown
+    (Canvas marked it _LATE_, ...)", not "unknown (unknown (...))"."""
+    reason = source.strip()
+    if reason.startswith("unknown (") and reason.endswith(")"):
+        reason = reason[len("unknown ("):-1]
+    elif reason == "unknown":
+        reason = ""
+    return f"submission time unknown ({reason})" if reason else "submission time unknown"
+
+
 def late_penalty(raw: float, late_seconds: float, term: Term) -> tuple:
     """(penalty points, started days late) for ``raw`` points handed in ``late_seconds`` after
     the due date (0 or less: on time) under ``term.late``: per_day x raw per started day, all of
@@ -275,16 +287,15 @@ def final_grades(results, term: Term = None, overrides=(), lesson_max: dict = No
                 late_note = (f"handed in {when.astimezone(due.tzinfo).isoformat(' ', 'minutes')}, "
                              f"{days} started "
                              f"day{'s' * (days != 1)} after the due date "
-                             f"{due.isoformat(' ', 'minutes')}: -{penalty:g} points")
+                             f"{due.isoformat(' ', 'minutes')}: -{penalty:g} "
+                             f"point{'s' * (round(penalty, 2) != 1)}")
                 if penalty == raw and term.late.zero_after_days is not None and \
                         days > term.late.zero_after_days:
                     late_note += f" (later than {term.late.zero_after_days:g} days scores 0)"
                 else:
                     late_note += f" ({term.late.per_day:.0%} of {raw:g} per started day)"
         elif due is not None and status.kind != REJECTED:
-            late_note = ("submission time unknown" + (f" ({res.submitted_at_source})"
-                                                      if res.submitted_at_source else "")
-                         + ": no late penalty applied")
+            late_note = f"{_unknown_time(res.submitted_at_source)}: no late penalty applied"
             notes.append(late_note)
         review = ""
         if status.kind == NEEDS_REVIEW:

@@ -238,6 +238,46 @@ def test_the_command_prints_matches_and_misses(canvas, tmp_path, capsys):
     assert dest.is_file()
 
 
+def test_without_term_the_recorded_term_file_is_used_whole(canvas, tmp_path, capsys):
+    """DIR/term-file.txt (written by grade/report --term) gives the late rules and the
+    lms_column alike: export without --term fills what export with that --term fills."""
+    from autograder.term import TERM_RECORD
+    out, book, _, _ = canvas
+    term = tmp_path / "recorded.toml"
+    term.write_text(TERM.format(c1="01 Running sum (1234)", c2="(1235)"))
+    (out / TERM_RECORD).write_text(f"{term.resolve()}\n")
+    with_term = export_gradebook(out, "canvas", book, tmp_path / "a.csv", term=term_for(term, out))
+    recorded = export_gradebook(out, "canvas", book, tmp_path / "b.csv")
+    assert recorded.filled == with_term.filled and len(recorded.filled) == 4
+    assert not recorded.unmatched_lessons.get("01_running_sum")
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert recorded.term_recorded and recorded.term_file == term.resolve()
+    dest = tmp_path / "o.csv"
+    assert main(["export", str(out), "--lms", "canvas", "--gradebook", str(book),
+                 "--out", str(dest)]) == 0
+    printed = capsys.readouterr().out
+    assert f"with the term file {term.resolve()} (recorded in DIR/term-file.txt" in printed
+    assert "NOT FILLED: lesson 01_running_sum" not in printed and "4 cell(s) filled" in printed
+    assert "NOT FILLED: lesson 03_gates_and_delta_rule: no lms_column" in printed  # none in it
+    term.unlink()       # a recorded file that is gone stops export, as it stops report
+    assert main(["export", str(out), "--lms", "canvas", "--gradebook", str(book),
+                 "--out", str(dest)]) == 2
+    assert "which is gone" in capsys.readouterr().err
+
+
+def test_an_export_that_fills_nothing_says_so_and_exits_2(canvas, tmp_path, capsys):
+    out, book, _, _ = canvas     # no --term, none recorded: no column is named after a lesson
+    dest = tmp_path / "o.csv"
+    assert main(["export", str(out), "--lms", "canvas", "--gradebook", str(book),
+                 "--out", str(dest)]) == 2
+    said = capsys.readouterr()
+    assert "NOTHING FILLED: no grade was written" in said.out
+    assert "no term file (no --term, none recorded in DIR/term-file.txt)" in said.out
+    assert "upload it to" not in said.out and "nothing in it to upload" in said.out
+    assert "error: no grade filled" in said.err
+    assert dest.read_bytes() == book.read_bytes()
+
+
 # ------------------------------------------------------------------------------------ Moodle
 
 MOODLE = (
@@ -298,6 +338,28 @@ def test_moodle_needs_one_lesson(moodle, tmp_path):
                               lesson="02_fixed_state_recall")
     assert list(result.filled) == [("Ann Smith_1001", "02_fixed_state_recall")]
     assert float(parse((tmp_path / "o.csv").read_bytes(), "utf-8")[1][4]) == pytest.approx(100 / 6, abs=0.005)
+
+
+def test_moodle_headers_match_ignoring_case_and_spaces(moodle, tmp_path):
+    """Moodle's English worksheet writes "Maximum Grade"; other versions and language packs
+    differ in case, and a re-saved file may pad a header with spaces."""
+    out, book, term, _ = moodle
+    odd = tmp_path / "Grades-ML 101-01 Running sum-78.csv"
+    odd.write_text(MOODLE.replace('Identifier,', 'identifier,', 1)
+                   .replace(',Grade,', ', GRADE ,', 1)
+                   .replace('"Maximum Grade"', '" maximum grade "', 1)
+                   .replace('"Full name"', '"Full Name"', 1), encoding="utf-8")
+    want = export_gradebook(out, "moodle", book, tmp_path / "a.csv", term=term)
+    got = export_gradebook(out, "moodle", odd, tmp_path / "b.csv", term=term)
+    assert got.filled == want.filled and len(got.filled) == 3
+    assert got.kept == ["Bo Li"]          # "Full Name" still gives the display name
+    assert parse((tmp_path / "b.csv").read_bytes(), "utf-8")[1:] == \
+        parse((tmp_path / "a.csv").read_bytes(), "utf-8")[1:]
+    no_max = tmp_path / "no-max.csv"
+    no_max.write_text(MOODLE.replace('"Maximum Grade"', '"Maximum"', 1))
+    with pytest.raises(ExportError, match="no 'Maximum Grade' column"):
+        export_gradebook(out, "moodle", no_max, tmp_path / "c.csv", term=term,
+                         lesson="01_running_sum")
 
 
 def test_moodle_feedback_zip_has_its_download_folders(moodle, tmp_path):

@@ -139,6 +139,21 @@ def test_overrides_read_comments_repeats_and_header(tmp_path):
         read_overrides(path, known)
 
 
+def test_an_unknown_canvas_time_reads_once_and_one_point_is_singular(tmp_path):
+    from autograder.results import CANVAS_LATE_SOURCE
+    term = load_term(_term_file(tmp_path, DUE), [ASSIGNMENT])
+    late = DUE + dt.timedelta(hours=3)      # 1 started day: 10% of 10 points is 1 point
+    canvas, plain, one = final_grades([
+        Result("doejohn_222", ASSIGNMENT, 6, 6, submitted_at_source=CANVAS_LATE_SOURCE),
+        Result("dan", ASSIGNMENT, 6, 6),
+        Result("ann", ASSIGNMENT, 10, 10, submitted_at=late.isoformat())], term)
+    assert canvas.late_note == ("submission time unknown (Canvas marked it _LATE_, its file "
+                                "names carry no time): no late penalty applied")
+    assert canvas.submitted_at_source == CANVAS_LATE_SOURCE      # grades.csv keeps it as it was
+    assert plain.late_note == "submission time unknown: no late penalty applied"
+    assert one.late_penalty == 1 and ": -1 point (10% of 10" in one.late_note
+
+
 def test_a_bad_timezone_is_a_clear_error(tmp_path):
     from autograder.term import TermError
     path = tmp_path / "t.toml"

@@ -1,0 +1,70 @@
+"""What the command line tells an instructor, checked line by line without grading anything.
+
+Export's own command-line behaviour is in test_export.py; this file holds the lines of ``grade``
+and ``publish`` an instructor reported as untrue (the time estimate's jobs, what publish scanned
+for with --with-solutions). Nothing here starts a kernel.
+"""
+import os
+from argparse import Namespace
+
+import pytest
+
+from autograder import cli
+
+
+@pytest.mark.parametrize("jobs, shown", [(None, 1), (1, 1), (2, 2), (3, 3)])
+def test_the_time_estimate_names_the_jobs_of_this_run(capsys, jobs, shown):
+    cli._announce(Namespace(sample=None, jobs=jobs, out="grades", submissions=None), None)
+    err = capsys.readouterr().err
+    cores = os.cpu_count() or 1
+    assert f"{shown} at a time, into grades/" in err
+    assert f"(with {shown} at a time on {cores} core{'s' * (cores != 1)}, " in err
+    lo, hi = cli.SECONDS_EACH_2_JOBS
+    parallel = max(1, min(shown, cores))
+    per = [max(1, round(s * 2 / parallel)) for s in (lo, hi)]
+    assert f", {per[0]}-{per[1]} s a submission" in err
+    if shown != 2:
+        assert "with 2 at a time" not in err
+
+
+@pytest.mark.parametrize("with_solutions", [False, True])
+def test_publish_says_what_its_scan_checked(monkeypatch, capsys, tmp_path, with_solutions):
+    from autograder import publish
+    from autograder.course import PLACEHOLDER_REPO
+    got = {}
+
+    def fake(root, out, repo=None, with_solutions=False):
+        got["with_solutions"] = with_solutions
+        return {"files": 3, "lessons": ["01_running_sum"], "repo": PLACEHOLDER_REPO}
+    monkeypatch.setattr(publish, "publish", fake)
+    argv = ["publish", str(tmp_path / "edition")] + ["--with-solutions"] * with_solutions
+    assert cli.main(argv) == 0 and got["with_solutions"] == with_solutions
+    out = capsys.readouterr().out
+    assert "hidden test, mistake catalogue, demo notebook or grader code" in out
+    if with_solutions:
+        assert "scanned: no solution" not in out and "solutions are in it on purpose" in out
+    else:
+        assert "scanned: no solution, hidden test" in out
+
+
+def test_the_readme_gives_the_demo_class_size_and_the_estimate_grade_prints(monkeypatch):
+    """The README's `make grade-all` line: the submissions the demo class holds, and the
+    minutes _minutes prints for them with the Makefile's -j 2 on a 2-core machine."""
+    import re
+    from pathlib import Path
+
+    from autograder.demo import load_catalog
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / "README.md").read_text()
+    total = sum(len(c["students"]) for c in load_catalog().values())
+    assert total == sum(1 for p in (repo / "autograder" / "demo" / "submissions").rglob("*.ipynb")
+                        if ".ipynb_checkpoints" not in p.parts)
+    said = set(re.findall(r"whole demo class \((\d+) submissions|demo class, (\d+) submissions",
+                          readme))
+    assert {int(a or b) for a, b in said} == {total}
+    assert re.search(r"^JOBS \?= 2$", (repo / "Makefile").read_text(), re.M)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    estimate = cli._minutes(total, 2)                     # "about 11-61 minutes"
+    flat = " ".join(readme.split())
+    assert f"For `make grade-all` (`-j 2`) on 2 cores that is {estimate};" in flat
+    assert cli._minutes(total, 1) != estimate            # -j 1: "twice that"
