@@ -168,6 +168,7 @@ def test_the_edition_installs_alone_and_checks_a_notebook(edition, tmp_path):
     assert blank.returncode == 1, blank.stdout + blank.stderr
     assert blank.stdout.count("FAIL  ") == 4 and "Hint:" in blank.stdout
     assert "hidden tests run only when the course grades it" in blank.stdout
+    assert "WARNING" not in blank.stderr, blank.stderr   # the kernel's own log is not the student's
     solved = tmp_path / "handin" / "01_running_sum.ipynb"
     solved.parent.mkdir()
     shutil.copy(REPO / "autograder" / "demo" / "submissions" / "ada_all_correct" / "01_running_sum"
