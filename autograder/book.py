@@ -20,7 +20,6 @@
 """
 from __future__ import annotations
 
-import ast
 import html
 import html.parser
 import json
@@ -34,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .cells import grade_id_of, is_graded, is_solution, nbgrader_meta
+from .cells import defined_names, grade_id_of, is_graded, is_solution, nbgrader_meta, read_names
 from .course import BRANCH, COURSE_REPO, LESSONS, validate_repo
 
 __all__ = ["BookError", "BOOK_MARKER", "SIZES", "book", "page_notebook", "html_text_scan", "setup"]
@@ -134,41 +133,6 @@ def _failed_cell(traceback: str, nb) -> str:
 # The pages
 
 
-def _code(source: str) -> str:
-    """Cell source as plain Python (magics and shell lines turned into calls) for ast."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-        return TransformerManager().transform_cell(source)
-    except Exception:       # noqa: BLE001  (IPython missing or a cell it cannot read)
-        return source
-
-
-def _defined(source: str) -> set:
-    """Top-level names a cell defines (functions, classes, assignments, imports)."""
-    try:
-        tree = ast.parse(_code(source))
-    except SyntaxError:
-        return set()
-    names = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        for sub in ast.walk(node) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign,
-                                                       ast.For, ast.With)) else ():
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                names.add(sub.id)
-    return names
-
-
-def _used(source: str) -> set | None:
-    """Names a cell reads; None when it cannot be parsed (then its outputs are not trusted)."""
-    try:
-        tree = ast.parse(_code(source))
-    except SyntaxError:
-        return None
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
 def _strip_markers(source: str) -> str:
     return "\n".join(line for line in source.splitlines()
                      if not re.match(r"^\s*### (BEGIN|END) SOLUTION\s*$", line))
@@ -199,7 +163,7 @@ def page_notebook(executed, student, lesson: str, repo: str, with_solutions: boo
     answers = set()
     for cell in executed.cells:
         if is_solution(cell) and cell.cell_type == "code":
-            answers |= _defined(cell.source)
+            answers |= defined_names(cell.source)
     cells, counts = [], {"exercises": 0, "hidden_outputs": 0}
     colab = f"https://colab.research.google.com/github/{repo}/blob/{BRANCH}/lessons/{lesson}/{lesson}.ipynb"
     links = (f'<p class="book-links"><a href="{lesson}/{lesson}.ipynb" download>Download notebook</a> '
@@ -242,7 +206,7 @@ def page_notebook(executed, student, lesson: str, repo: str, with_solutions: boo
             new.metadata["tags"].append("visible-test")
             cells.append(new)
             continue
-        used = _used(cell.source)
+        used = read_names(cell.source)
         new.outputs = _outputs(ran)
         if not with_solutions and new.outputs and (used is None or used & answers):
             new.outputs, new.execution_count = [], None

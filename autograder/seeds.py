@@ -160,48 +160,25 @@ STUDENT_NOTE = ("Rows whose numbers are computed from the lesson's exercise answ
                 "of this copy: your own run of the lesson prints them.")
 
 
-def _top_level_names(source: str) -> set:
-    """Names a cell defines at its top level (functions, classes, assignment targets)."""
-    import ast
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:   # a cell with IPython magics: it defines no answer
-        return set()
-    names = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-    return names
-
-
-def _loaded_names(source: str) -> set:
-    import ast
-    try:
-        return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)
-                and isinstance(n.ctx, ast.Load)}
-    except SyntaxError:
-        return set()
-
-
 def answer_results(nb) -> list:
     """The RESULT names (``RESULT <name> ...``) of solution notebook ``nb`` whose numbers come
     from an exercise's answer, in notebook order: those printed by a solution cell (nbgrader
     ``solution: true``), and those printed by a cell that reads a name only a solution cell
-    defines (the student's function or value, e.g. ``conv_reach``). A seed table shows the
+    defines (the student's function or value, e.g. ``conv_reach``), or that cannot be parsed
+    (autograder.cells.read_names, as the book judges its pages). A seed table shows the
     reference run, so these rows would show the answers; :func:`student_table` leaves them out.
     """
     import re
+    from .cells import defined_names, is_solution, read_names
     code = [c for c in nb.cells if c.cell_type == "code"]
-    solution = [c for c in code if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
-    answers = set().union(*(_top_level_names(c.source) for c in solution)) - \
-        set().union(*(_top_level_names(c.source) for c in code if c not in solution))
+    solution = [c for c in code if is_solution(c)]
+    answers = set().union(*(defined_names(c.source) for c in solution)) - \
+        set().union(*(defined_names(c.source) for c in code if c not in solution))
     found = []
     for cell in code:
         names = re.findall(r"RESULT (\w+)", cell.source)
-        if names and (cell in solution or _loaded_names(cell.source) & answers):
+        read = read_names(cell.source)
+        if names and (cell in solution or read is None or read & answers):
             found += [n for n in names if n not in found]
     return found
 
