@@ -207,7 +207,8 @@ def crossover_context(kv_per_token: int, state_bytes: int, window: int | None = 
 
     Beyond T the cache is the larger part of a hybrid's memory. Returns 0 when there is no state,
     and None when the cache can never reach it (no attention layers, or a window that caps the
-    cache below the state). Qwen3-Next: 36 MiB / 24 KiB = 1,536 tokens.
+    cache below the state). (Lesson 04's crossover exercise asks for this number: its test checks
+    the student's function against this one.)
     """
     _check_int("kv_per_token", kv_per_token)
     _check_int("state_bytes", state_bytes)

@@ -260,7 +260,7 @@ class CausalConv(nn.Module):
     A full (not depthwise) Conv1d from dim to dim channels, applied after k-1 zeros are padded on
     the left of the sequence, so no output sees a later input and the first outputs see zeros
     where the sequence has no past. dim^2 k parameters (16,384 at dim 64, k 4: the same as an
-    attention mixer's four dim x dim projections). L stacked layers reach L(k-1)+1 positions.
+    attention mixer's four dim x dim projections). How far stacked layers reach is lesson 00's exercise.
     Source: causal convolutions of WaveNet (van den Oord et al. 2016, arXiv:1609.03499).
     forward: x (B, T, dim) -> (B, T, dim). Raises ValueError for kernel_size < 1 or a wrong shape.
     """
