@@ -953,7 +953,7 @@ def test_answer_gets_its_verdict(case):
         check_outcome(run.outcomes[case.test, "visible"], visible_hint, where + " visible", case.lesson, case.answers)
 
 
-FAST_STUDENTS = 3   # per lesson, in catalogue order, in make test-fast; make test runs every student
+FAST_STUDENTS = 2   # per lesson, in catalogue order, in make test-fast; make test runs every student
 
 
 def _demo_params():
