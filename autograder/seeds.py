@@ -171,14 +171,13 @@ def answer_results(nb) -> list:
     import re
     from .cells import defined_names, is_solution, read_names
     code = [c for c in nb.cells if c.cell_type == "code"]
-    solution = [c for c in code if is_solution(c)]
-    answers = set().union(*(defined_names(c.source) for c in solution)) - \
-        set().union(*(defined_names(c.source) for c in code if c not in solution))
+    answers = set().union(*(defined_names(c.source) for c in code if is_solution(c))) - \
+        set().union(*(defined_names(c.source) for c in code if not is_solution(c)))
     found = []
     for cell in code:
         names = re.findall(r"RESULT (\w+)", cell.source)
         read = read_names(cell.source)
-        if names and (cell in solution or read is None or read & answers):
+        if names and (is_solution(cell) or read is None or read & answers):
             found += [n for n in names if n not in found]
     return found
 
