@@ -3,6 +3,7 @@ re-checked here on solutions/06_recall_per_byte/seeds.md (three seeds, from `pyt
 seeds`) and lr_sweep.json (scripts/lr_sweep.py). When a re-run changes a table so that a sentence no
 longer holds, the claim of that sentence fails here, by name, and the prose must change with it."""
 import copy
+import functools
 import json
 import math
 from pathlib import Path
@@ -47,6 +48,7 @@ def stack_reach(window, n_layers=4, conv_taps=3):
     return n_layers * ((conv_taps - 1) + (window - 1)) + 1
 
 
+@functools.lru_cache(maxsize=None)   # sampled data, the same for every table: claims() runs 30-odd times
 def query_shares(window, n=2000):
     """[(share of MQAR queries whose key is within one window, ... within the stack's reach)] per pair count."""
     import torch
@@ -58,9 +60,10 @@ def query_shares(window, n=2000):
         d = task.sample(n, gen).distances
         d = d[d >= 0]
         out.append(((d <= window - 1).double().mean().item(), (d <= stack_reach(window) - 1).double().mean().item()))
-    return out
+    return tuple(out)
 
 
+@functools.lru_cache(maxsize=None)
 def guesses(n=2000):
     """[(random pick among the n values written, the value written most often)] per MQAR pair count:
     the accuracy of two guesses that bind no pair, as lesson 06's claims cell computes them."""
@@ -74,7 +77,7 @@ def guesses(n=2000):
         same = (vals[:, :, None] == vals[:, None, :]).double().sum(-1)
         out.append(((same.sum(-1) / task.n_pairs ** 2).mean().item(),
                     torch.stack([v.bincount().max() for v in vals]).double().mean().item() / task.n_pairs))
-    return out
+    return tuple(out)
 
 
 def claims(t, sweep):
