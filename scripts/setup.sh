@@ -25,14 +25,22 @@ PY=${PYTHON:-python3}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY=.venv/bin/python
+# pip's notes about this machine's own package folders (a configured local index without a
+# package's folder) say nothing is wrong: they are left out of what a newcomer reads.
+quiet_pip() { "$VPY" -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1; then
-    "$VPY" -m pip install "torch>=2.1"
+    echo "setup: installing PyTorch with CUDA (an NVIDIA GPU is present; about 2-3 GB to download)"
+    quiet_pip install --progress-bar off "torch>=2.1"
   else
     cpu=https://download.pytorch.org/whl/cpu
-    # torch alone from the CPU index; its small dependencies come with the package below.
-    PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu "$VPY" -m pip install --no-deps --retries 1 --timeout 15 \
-      "torch==$TORCH_VERSION"
+    echo "setup: installing PyTorch $TORCH_VERSION, CPU build (about 190 MB to download, 750 MB in .venv)" \
+      "from $cpu, or from pip's local wheels when that index is out of reach"
+    # torch alone from the CPU index (the only index pip looks in for it, no retries: offline, pip
+    # goes straight to its find-links); its small dependencies come with the package below.
+    PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu quiet_pip install --quiet --progress-bar off --no-deps \
+      --retries 0 --timeout 15 "torch==$TORCH_VERSION"
+    "$VPY" -c "import torch" 2>/dev/null || { echo "setup: PyTorch did not install (see pip's message above)" >&2; exit 1; }
   fi
 fi
 # The grader runs each student's kernel in a bubblewrap sandbox (Linux). Install it where it is
@@ -55,7 +63,13 @@ case "$level" in
   book) fresh book || fresh test ;;
   test) fresh test ;;
 esac && exit 0
-echo "setup: installing the course (${packages[*]}) into .venv (the first time takes a few minutes)"
-"$VPY" -m pip install --quiet --progress-bar off "${packages[@]}"
+case "$level" in
+  grade) size="numpy, matplotlib, nbgrader, nbclient: about 250 MB" ;;
+  lab) size="grade's packages and JupyterLab: about 350 MB" ;;
+  book) size="grade's packages and Sphinx, myst-nb: about 300 MB" ;;
+  test) size="JupyterLab, Sphinx, pytest, playwright (165 MB) and triton (1 GB): about 1.8 GB" ;;
+esac
+echo "setup: installing the course for '$level' into .venv ($size; the first time takes a few minutes)"
+quiet_pip install --quiet --progress-bar off "${packages[@]}"
 echo "setup: .venv ready for '$level' after ${SECONDS} s"
 touch ".venv/.mlexp-installed-$level"
