@@ -38,12 +38,17 @@ grade-all: setup
 lab: setup-lab
 	.venv/bin/jupyter lab lessons/
 
+# Two workers (the CI machine has two cores; TEST_WORKERS=0 runs in one process), then the timing
+# summary of scripts/test_times.py: the ten slowest tests, the total, and the fast tier's limits.
+TEST_WORKERS ?= 2
 test: setup-test
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@status=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || status=$$?; \
+	$(PY) scripts/test_times.py summary || [ $$status -ne 0 ] || status=1; exit $$status
 
 # Everything but the tests marked slow (those that run notebooks, grade classes or train).
 test-fast: setup-test
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	@status=0; $(PY) -m pytest -m "not slow" $(PYTEST_ARGS) || status=$$?; \
+	$(PY) scripts/test_times.py summary || [ $$status -ne 0 ] || status=1; exit $$status
 
 # After editing solutions/ or the catalogue: shared cells -> lessons/ -> the demo class, in order.
 lessons: setup

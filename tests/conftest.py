@@ -16,3 +16,39 @@ if "MLEXP_DATA_DIR" not in os.environ and _shared_data.is_dir():
 def repo_root() -> Path:
     """The checkout: the folder holding solutions/, lessons/ and autograder/."""
     return REPO
+
+
+def pytest_configure(config):
+    """Record every test's time for scripts/test_times.py (tests/timings_plugin.py)."""
+    from timings_plugin import TimingRecorder
+
+    if not config.pluginmanager.has_plugin("mlexp-timings"):
+        config.pluginmanager.register(TimingRecorder(config), "mlexp-timings")
+
+
+# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), a test that reads a fixture its
+# module computes once (scope module or class: a graded class, a JupyterLab server, a built book)
+# runs on the same worker as every other test of that module, so the fixture is computed once per
+# run, not once per worker; every other test goes to whichever worker is free. A fixture that
+# caches its work per parameter is split by it instead: graded_lessons grades one lesson's class on
+# first use, so each lesson's tests share a worker and two lessons can be graded at once.
+SPLIT_BY_PARAM = {"graded_lessons": "assignment"}
+
+
+def xdist_group_of(item) -> str | None:
+    """The xdist group of a collected test (None: it may run on any worker)."""
+    module = item.path.stem
+    for name, defs in item._fixtureinfo.name2fixturedefs.items():
+        if name in SPLIT_BY_PARAM and hasattr(item, "callspec"):
+            return f"{module}-{item.callspec.params[SPLIT_BY_PARAM[name]]}"
+    for name, defs in item._fixtureinfo.name2fixturedefs.items():
+        if defs and defs[-1].scope in ("module", "class", "package") and defs[-1].baseid:
+            return module
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
