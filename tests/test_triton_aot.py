@@ -48,13 +48,18 @@ def test_representative_kernels_compile_and_fit(op, head_dim, arch, dtype, kerne
 # Head and chunk sizes: the three head sizes, uneven ones, and the two smaller chunk sizes.
 SHAPES = {"64": (64, 64, 64), "128": (128, 128, 64), "256": (256, 256, 64), "uneven": (200, 96, 64),
           "256_C16": (256, 256, 16), "128_C32": (128, 128, 32)}
-# Which shapes each architecture and dtype compiles in `make test` (cold, 30-50 s per shape here). Every
+# Which shapes each architecture and dtype compiles in `make test` (cold, 30-60 s per shape here). Every
 # pair compiles every kernel at head_dim 256, where the tiles come closest to its shared memory (sm_75 has
-# the least, fp32 the widest elements); every shape is compiled on sm_80 in bf16, the pair whose spills
-# are checked, and the spill check also runs on sm_90. `python -m mlexp.ops.triton_check` compiles all.
-MATRIX = {(80, "bf16"): list(SHAPES), (90, "bf16"): ["64", "128", "256"],
-          (80, "fp32"): ["256", "uneven"], (90, "fp32"): ["256", "uneven"],
-          (75, "fp16"): ["256", "128_C32"], (75, "fp32"): ["256", "128_C32"]}   # sm_75: a T4, Colab's free GPU
+# the least, fp32 the widest elements); every shape (uneven head sizes, the smaller chunks) is compiled on
+# sm_80 in bf16, the pair whose spills are checked, and the spill check also runs on sm_90 at 128, the
+# largest head size it applies to. Left out for the suite's time budget (issue 37), as each repeats a
+# fault caught above: sm_90 bf16 at 64 (spills: sm_80 at 64 and sm_90 at 128), fp32 at the uneven shape
+# on sm_80/sm_90 (masking: sm_80 bf16 uneven; shared memory: fp32 at 256 is the larger tile) and sm_75
+# at chunk 32 (smaller tiles than its chunk-64 case at 256). `python -m mlexp.ops.triton_check --arch 90
+# --head-dim 64` and the like compile any pair left out.
+MATRIX = {(80, "bf16"): list(SHAPES), (90, "bf16"): ["128", "256"],
+          (80, "fp32"): ["256"], (90, "fp32"): ["256"],
+          (75, "fp16"): ["256"], (75, "fp32"): ["256"]}   # sm_75: a T4, Colab's free GPU
 
 
 @pytest.mark.slow
