@@ -40,7 +40,9 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
     # goes straight to its find-links); its small dependencies come with the package below.
     PIP_INDEX_URL=$cpu PIP_EXTRA_INDEX_URL=$cpu quiet_pip install --quiet --progress-bar off --no-deps \
       --retries 0 --timeout 15 "torch==$TORCH_VERSION"
-    "$VPY" -c "import torch" 2>/dev/null || { echo "setup: PyTorch did not install (see pip's message above)" >&2; exit 1; }
+    # (torch's own dependencies come later, so this asks pip's records rather than importing it)
+    "$VPY" -c "import importlib.metadata as m; m.version('torch')" 2>/dev/null \
+      || { echo "setup: PyTorch did not install (see pip's message above)" >&2; exit 1; }
   fi
 fi
 # The grader runs each student's kernel in a bubblewrap sandbox (Linux). Install it where it is
