@@ -254,6 +254,18 @@ def _looks_like_class(tree, folder: Path, assignments, by_name: dict, strict: bo
     return False
 
 
+def _small_text(tree, path: Path, limit: int = 8192):
+    """The first ``limit`` bytes of a file of the export as text (an LMS's receipt), or None
+    for a refused entry, a link or an unreadable file."""
+    if path in tree.refused or path.is_symlink():
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
 def _find_root(tree, assignments, by_name: dict) -> tuple:
     """(folder, layout, LMS files or None): the class inside up to three wrapping folders."""
     for strict in (True, False):
@@ -261,7 +273,8 @@ def _find_root(tree, assignments, by_name: dict) -> tuple:
         for _ in range(4):
             if strict:
                 layout, files, _ = lms.match_layout(
-                    tree.rel(p, folder) for p in tree.files(folder, True))
+                    [tree.rel(p, folder) for p in tree.files(folder, True)],
+                    read=lambda rel, folder=folder: _small_text(tree, folder / rel))
                 if layout:
                     return folder, layout, files
             if _looks_like_class(tree, folder, assignments, by_name, strict):
@@ -376,6 +389,8 @@ def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list
                 sub.times[path] = f.time
             if f.stamp:
                 sub.stamps[path] = f.stamp
+            if f.problem and not sub.problem:
+                sub.problem = f.problem
             if f.late and "marked late by Canvas" not in sub.notes:
                 sub.notes.append("marked late by Canvas")
     return list(found.values())

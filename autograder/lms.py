@@ -12,13 +12,21 @@ name. The names are read with nbgrader's own :class:`FileNameCollectorPlugin` (t
   ``<Full Name>_<id>_assignsubmission_file_<file name>``. The student id is
   ``<Full Name>_<id>``. Online-text parts (``assignsubmission_onlinetext``) are skipped.
 - Blackboard: files ``<assignment>_<user name>_attempt_<YYYY-MM-DD-HH-MM-SS>_<file name>`` and a
-  receipt ``..._attempt_<date>.txt`` per attempt (skipped). The student id is the user name;
-  the attempt's date decides which of several attempts is the latest.
+  receipt ``<assignment>_<user name>_attempt_<date>.txt`` per attempt, whose first line is
+  ``Name: <Full Name> (<user name>)``. The student id is the user name; the attempt's date
+  decides which of several attempts is the latest. Both the assignment name and the user name
+  may hold ``_`` (``ann_smith``, ``HW_1``), and the file name after the date is the student's
+  own, free to hold ``_<someone>_attempt_<date>_``. So the attempt is the *first*
+  ``_attempt_<date>`` of the name, and the user name is told from the assignment name by, in
+  turn: the attempt's receipt, an assignment name some receipt of the export settled, or the
+  one split that every name of the export shares. A name none of these settle is not guessed:
+  it is returned with ``problem`` set (it goes to "submissions that need you").
 
 Formats as documented by each LMS and as seen in their exports; an institution's own naming
 (anonymous grading, group submissions) may differ and is then reported as an unknown layout.
 """
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -38,8 +46,10 @@ LAYOUTS = {
               r"(?P<file_id>[^/]+)$",
     "Moodle": r"^(?P<student_id>[^/]+?_\d+)_assignsubmission_(?P<part>file|onlinetext)_/?"
               r"(?P<file_id>.+)$",
-    "Blackboard": r"^(?P<assignment_name>[^/]+)_(?P<student_id>[^_/]+)_attempt_"
-                  r"(?P<timestamp>\d{4}(?:-\d\d){5})(?:_(?P<file_id>[^/]+)|\.txt)?$",
+    # the head (<assignment>_<user name>) ends at the first _attempt_<date>: what follows the date
+    # is the student's own file name; the user name is split off the head in _blackboard_users
+    "Blackboard": r"^(?P<student_id>[^/]+?)_attempt_"
+                  r"(?P<timestamp>\d{4}(?:-\d\d){5})(?:_(?P<file_id>[^/]+)|(?P<receipt>\.txt))?$",
 }
 DESCRIPTIONS = {
     "folder": "a folder per student: <student>/<assignment>/<notebook>.ipynb (or "
@@ -59,6 +69,7 @@ class LmsFile:
     time: float = None       # upload time from the name (seconds since the epoch), if any
     late: bool = False
     stamp: str = ""          # that time as written (ISO 8601, no zone: the LMS's wall clock)
+    problem: str = ""        # why the file cannot be tied to one student; empty when it can
 
 
 def _plugin(layout: str, rels) -> FileNameCollectorPlugin:
@@ -74,18 +85,84 @@ def _read(layout: str, rel: str, found: dict):
     if layout == "Moodle":
         return None if found["part"] != "file" else LmsFile(rel, found["student_id"],
                                                              found["file_id"])
-    if not found.get("file_id"):    # Blackboard's receipt of an attempt
+    if not found.get("file_id"):    # Blackboard's receipt of an attempt (or a bare attempt)
         return None
     when = datetime.strptime(found["timestamp"], "%Y-%m-%d-%H-%M-%S")
     return LmsFile(rel, found["student_id"], found["file_id"], time=when.timestamp(),
                    stamp=when.isoformat())
 
 
-def match_layout(rels) -> tuple:
+_RECEIPT_NAME = re.compile(r"^\s*Name:.*\(([^()\s]+)\)\s*$")
+
+
+def _receipt_user(text: str, head: str):
+    """The user name a Blackboard receipt's first line gives, when ``head`` (the receipt's own
+    file name up to ``_attempt_``) is ``<assignment>_<that user name>``; else None."""
+    first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
+    m = _RECEIPT_NAME.match(first)
+    if m and head.endswith("_" + m.group(1)) and len(head) > len(m.group(1)) + 1:
+        return m.group(1)
+    return None
+
+
+def _blackboard_users(heads, receipts: dict) -> dict:
+    """{head: (user name, "") or ("", why not)} for the ``<assignment>_<user name>`` heads of
+    one Blackboard export; ``receipts`` maps a head to its receipt's user name."""
+    settled = {h: u for h, u in receipts.items() if u}
+    assignments = {h[:-len(u) - 1] for h, u in settled.items()}
+    heads = sorted(set(heads))
+    common = heads[0] if heads else ""
+    for h in heads[1:]:
+        while not h.startswith(common):
+            common = common[:-1]
+    # every split point the whole export agrees on: '_' inside the common prefix, each head
+    # keeping a non-empty user name after it
+    splits = [i for i, c in enumerate(common) if c == "_" and i > 0
+              and all(len(h) > i + 1 for h in heads)]
+    out = {}
+    for h in heads:
+        if h in settled:
+            out[h] = (settled[h], "")
+            continue
+        known = [a for a in assignments if h.startswith(a + "_") and len(h) > len(a) + 1]
+        if len(known) == 1:
+            out[h] = (h[len(known[0]) + 1:], "")
+        elif not known and len(splits) == 1:
+            out[h] = (h[splits[0] + 1:], "")
+        else:
+            out[h] = ("", f"Blackboard file name '{h}_attempt_...': the assignment name and the "
+                          "user name cannot be told apart (either may hold '_'), and the "
+                          "export has no receipt (.txt) for this attempt that names the user")
+    return out
+
+
+def _settle_blackboard(files: list, rels, read) -> list:
+    """Blackboard's files with the user name split off each head (see the module's notes)."""
+    plugin, receipts = _plugin("Blackboard", rels), {}
+    for rel in rels:
+        found = plugin.collect(rel)
+        if found and found.get("receipt") and read is not None:
+            text = read(rel)
+            user = _receipt_user(text, found["student_id"]) if text else None
+            if user:
+                receipts[found["student_id"]] = user
+    users = _blackboard_users([f.student for f in files], receipts)
+    for f in files:
+        user, why = users[f.student]
+        if user:
+            f.student = user
+        else:
+            f.problem = why
+    return files
+
+
+def match_layout(rels, read=None) -> tuple:
     """(layout, [LmsFile], [unmatched rel]) for the LMS whose names fit most notebooks.
 
-    ``rels`` are the '/'-separated paths of every file in the export. Returns (None, [], rels)
-    when no LMS's names fit a single notebook.
+    ``rels`` are the '/'-separated paths of every file in the export; ``read(rel)`` (optional)
+    returns the text of a small file of the export, or None: it reads Blackboard's receipts,
+    which tell the user name from the assignment name. Returns (None, [], rels) when no LMS's
+    names fit a single notebook.
     """
     rels = list(rels)
     best = (None, [], rels, 0)
@@ -102,6 +179,8 @@ def match_layout(rels) -> tuple:
         score = sum(f.file_id.lower().endswith(".ipynb") for f in files)
         if score > best[3]:
             best = (layout, files, unmatched, score)
+    if best[0] == "Blackboard":
+        best = (best[0], _settle_blackboard(best[1], rels, read), best[2], best[3])
     return best[:3]
 
 

@@ -8,6 +8,7 @@ kernel (collect, repair, the feedback exporter); the slow ones grade the toy cou
 """
 import base64
 import csv
+import datetime
 import glob
 import html
 import io
@@ -596,6 +597,104 @@ def test_blackboard_export_latest_attempt_wins(tmp_path, good, course):
     assert sorted(subs) == ["akim", "jsmith"]
     chosen = choose_notebook(subs["jsmith"], NOTEBOOK, True, [])
     assert chosen.read_bytes() == good
+
+
+def tagged(good: bytes, who: str) -> bytes:
+    """``good`` with ``who`` in its metadata, to tell whose upload was chosen."""
+    nb = nbformat.reads(good.decode(), as_version=4)
+    nb.metadata["uploaded_by"] = who
+    return nbformat.writes(nb).encode()
+
+
+def uploaded_by(sub) -> str:
+    chosen = choose_notebook(sub, NOTEBOOK, True, [])
+    return nbformat.read(chosen, as_version=4).metadata["uploaded_by"]
+
+
+# Blackboard user names as schools issue them, and assignment names as instructors type them
+BLACKBOARD_USERS = ["ann_smith", "bob_smith", "ana_m", "j.doe", "mary-jo", "s1234567", "x_1_y"]
+BLACKBOARD_ASSIGNMENTS = ["HW 1", "Lesson_01 Running sum", "Übung 1 (Teil 2)"]
+
+
+def receipt(assignment: str, user: str, stamp: str) -> str:
+    """A Blackboard attempt receipt, as its download-all zip holds one per attempt."""
+    return (f"Name: Student {user.title()} ({user})\nAssignment: {assignment}\n"
+            f"Date Submitted: Sunday, March 1, 2026 10:00:00 AM EST\nCurrent Grade: Needs Grading\n"
+            f"\nFiles:\n\tOriginal filename: {NOTEBOOK}\n"
+            f"\tFilename: {assignment}_{user}_attempt_{stamp}_{NOTEBOOK}\n")
+
+
+@pytest.mark.parametrize("assignment", BLACKBOARD_ASSIGNMENTS)
+def test_blackboard_user_names_with_underscores_dots_and_digits(tmp_path, good, assignment):
+    stamp = "2026-03-01-10-00-00"
+    entries = {}
+    for user in BLACKBOARD_USERS:
+        entries[f"{assignment}_{user}_attempt_{stamp}_{NOTEBOOK}"] = tagged(good, user)
+        entries[f"{assignment}_{user}_attempt_{stamp}.txt"] = receipt(assignment, user, stamp).encode()
+    subs = by_student(collect(write_zip(tmp_path / "bb.zip", entries), [ASSIGNMENT],
+                              tmp_path / "u", NAMES))
+    assert sorted(subs) == sorted(BLACKBOARD_USERS)
+    assert all(not s.problem and uploaded_by(s) == u for u, s in subs.items())
+
+
+def test_a_blackboard_file_name_cannot_claim_another_students_attempt(tmp_path, good):
+    """The part after the date is what the student typed: '_bob_smith_attempt_<later>_' in it
+    names no one."""
+    honest, later = "2026-03-01-10-00-00", "2026-03-09-23-00-00"
+    crafted = f"x_bob_smith_attempt_{later}_{NOTEBOOK}"
+    entries = {f"HW 1_bob_smith_attempt_{honest}_{NOTEBOOK}": tagged(good, "bob_smith"),
+               f"HW 1_bob_smith_attempt_{honest}.txt": receipt("HW 1", "bob_smith", honest).encode(),
+               f"HW 1_mallory_attempt_2026-03-02-08-00-00_{crafted}": tagged(good, "mallory")}
+    for with_receipts in (True, False):
+        chosen = {k: v for k, v in entries.items() if with_receipts or not k.endswith(".txt")}
+        subs = by_student(collect(write_zip(tmp_path / f"bb{with_receipts}.zip", chosen),
+                                  [ASSIGNMENT], tmp_path / f"u{with_receipts}", NAMES))
+        assert sorted(subs) == ["bob_smith", "mallory"]
+        assert uploaded_by(subs["bob_smith"]) == "bob_smith"
+        assert uploaded_by(subs["mallory"]) == "mallory"
+        assert set(subs["bob_smith"].times.values()) == {
+            datetime.datetime(2026, 3, 1, 10).timestamp()}
+
+
+def test_a_blackboard_name_no_receipt_settles_needs_the_instructor(tmp_path, good):
+    stamp = "2026-03-01-10-00-00"
+    # 'HW_1_ana_m' alone: HW_1 + ana_m, HW + 1_ana_m or HW_1_ana + m; no receipt says which
+    subs = collect(write_zip(tmp_path / "one.zip", {f"HW_1_ana_m_attempt_{stamp}_{NOTEBOOK}": good}),
+                   [ASSIGNMENT], tmp_path / "u1", NAMES)
+    assert len(subs) == 1 and "cannot be told apart" in subs[0].problem
+    assert "receipt" in subs[0].problem and subs[0].student == "HW_1_ana_m"
+    # one receipt settles the assignment name for every name of the export
+    entries = {f"HW_1_ana_m_attempt_{stamp}_{NOTEBOOK}": tagged(good, "ana_m"),
+               f"HW_1_bo_x_attempt_{stamp}_{NOTEBOOK}": tagged(good, "bo_x"),
+               f"HW_1_bo_x_attempt_{stamp}.txt": receipt("HW_1", "bo_x", stamp).encode()}
+    subs = by_student(collect(write_zip(tmp_path / "two.zip", entries), [ASSIGNMENT],
+                              tmp_path / "u2", NAMES))
+    assert sorted(subs) == ["ana_m", "bo_x"] and uploaded_by(subs["ana_m"]) == "ana_m"
+    # without receipts, the one split all names share: 'HW 1' (a space, no '_')
+    entries = {f"HW 1_{u}_attempt_{stamp}_{NOTEBOOK}": tagged(good, u) for u in ("ann_smith", "bob")}
+    subs = by_student(collect(write_zip(tmp_path / "three.zip", entries), [ASSIGNMENT],
+                              tmp_path / "u3", NAMES))
+    assert sorted(subs) == ["ann_smith", "bob"] and uploaded_by(subs["ann_smith"]) == "ann_smith"
+
+
+def test_canvas_and_moodle_names_come_from_their_fixed_parts(tmp_path, good):
+    """What a student types (the uploaded file's name) never decides whose work it is."""
+    canvas = write_zip(tmp_path / "canvas.zip", {
+        f"smithann_12345_67890_x_doejohn_222_333_{NOTEBOOK}": tagged(good, "smithann_12345"),
+        f"doejohn_222_334_{NOTEBOOK}": tagged(good, "doejohn_222"),
+        f"oneilmaryjo_LATE_9_10_doejohn_LATE_222_335_{NOTEBOOK}": tagged(good, "oneilmaryjo_9")})
+    subs = by_student(collect(canvas, [ASSIGNMENT], tmp_path / "uc", NAMES))
+    assert sorted(subs) == ["doejohn_222", "oneilmaryjo_9", "smithann_12345"]
+    assert all(uploaded_by(s) == u for u, s in subs.items())
+    moodle = write_zip(tmp_path / "moodle.zip", {
+        f"Ann Smith_1001_assignsubmission_file_Bob Li_1002_assignsubmission_file_{NOTEBOOK}":
+            tagged(good, "Ann Smith_1001"),
+        f"Bob Li_1002_assignsubmission_file_{NOTEBOOK}": tagged(good, "Bob Li_1002"),
+        f"Anne-Marie O'Neil 2_1003_assignsubmission_file_{NOTEBOOK}":
+            tagged(good, "Anne-Marie O'Neil 2_1003")})
+    subs = by_student(collect(moodle, [ASSIGNMENT], tmp_path / "um", NAMES))
+    assert sorted(subs) == ["Ann Smith_1001", "Anne-Marie O'Neil 2_1003", "Bob Li_1002"]
+    assert all(uploaded_by(s) == u for u, s in subs.items())
 
 
 def test_plain_folder_per_student_inside_wrappers(tmp_path, good):
