@@ -114,6 +114,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--feedback", metavar="ZIP",
                    help="also write the feedback pages as the LMS takes them back (Moodle: its "
                         "feedback files zip; Canvas, Blackboard: one page per student)")
+    e.add_argument("--send-undecided", action="store_true",
+                   help="fill in grades no one decided too (an undecided manual review: its "
+                        "machine score; rejected work: 0) and exit 0 although a graded student "
+                        "is missing from the gradebook; without it, export holds them back, "
+                        "lists them and exits 3")
 
     d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
     d.add_argument("--check", action="store_true",
@@ -437,17 +442,31 @@ def _book(args) -> int:
 def _export(args) -> int:
     """Without --term, export_gradebook reads the term file recorded in DIR (term-file.txt) whole:
     the late rules the scores have and the lms_column that places them. An export that fills no
-    cell prints what it matched, then exits 2 like any other export that cannot be used."""
+    cell prints what it matched, then exits 2 like any other export that cannot be used. One that
+    held a grade back (no one decided it) or met a graded student the gradebook lacks exits 3,
+    unless --send-undecided says the instructor means it."""
     from .export import export_gradebook, format_export, term_for
     term = term_for(args.term, Path(args.out)) if args.term else None
     result = export_gradebook(Path(args.out), args.lms, Path(args.gradebook), Path(args.dest),
                               term=term, lesson=args.lesson,
-                              feedback=Path(args.feedback) if args.feedback else None)
+                              feedback=Path(args.feedback) if args.feedback else None,
+                              send_undecided=args.send_undecided)
     print(format_export(result))
     if not result.filled:
         print(f"error: no grade filled into {args.gradebook} (the lines above say what did not "
               "match); nothing to upload", file=sys.stderr)
         return 2
+    if result.needs_you and not args.send_undecided:
+        what = []
+        if result.held:
+            what.append(f"{len(result.held)} grade(s) held back (undecided or rejected)")
+        if result.unmatched_students:
+            what.append(f"{len(result.unmatched_students)} graded student(s) not in the gradebook")
+        print(f"error: {' and '.join(what)}: see HELD BACK / NOT FOUND above; {args.dest} "
+              "leaves those grades out. Decide them (DIR/overrides.csv, the gradebook's rows) "
+              "and export again, or pass --send-undecided to send what there is",
+              file=sys.stderr)
+        return 3
     return 0
 
 

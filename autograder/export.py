@@ -56,6 +56,7 @@ import math
 import os
 import re
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,9 +237,21 @@ def _original(cell: str) -> str:
     return cell[1:] if cell.startswith("'") and cell[1:].startswith(ids.FORMULA_PREFIXES) else cell
 
 
+def _undecided(status, review: str, overridden: bool) -> str:
+    """Why a final grade is no one's decision yet ("" when it is one): a manual review no row
+    of overrides.csv decided, or rejected work (no notebook, unreadable) with no row either."""
+    from .results import NEEDS_REVIEW, REJECTED
+    if status.kind == NEEDS_REVIEW and review != "decided" and not overridden:
+        return f"manual review undecided ({status.reason or 'no reason given'})"
+    if status.kind == REJECTED and not overridden:
+        return f"rejected, not graded ({status.reason or 'no reason given'})"
+    return ""
+
+
 def _final_rows(out_dir, term=None) -> list:
     """The final score of each (student, lesson) of a graded class: dicts with student_id,
-    assignment, score and max_score (floats), read from ``out_dir``/grades.csv.
+    assignment, score and max_score (floats) and held (why no one has decided that grade yet,
+    :func:`_undecided`; "" when decided), read from ``out_dir``/grades.csv.
 
     The one place export reads scores from. A class graded here (its journal in
     ``out_dir``/results) is read as ``report`` reads it, with ``term``'s late rules (None: the
@@ -247,11 +260,13 @@ def _final_rows(out_dir, term=None) -> list:
     from elsewhere) is read from its ``score`` column. Raises ExportError naming the file, row
     and column of anything unreadable.
     """
-    from .results import load_final_grades
+    from .results import Status, load_final_grades
     if (Path(out_dir) / "results").is_dir():
         try:
             return [{"student_id": g.student, "assignment": g.assignment, "score": float(g.score),
-                     "max_score": float(g.max_score)} for g in load_final_grades(out_dir, term)]
+                     "max_score": float(g.max_score),
+                     "held": _undecided(g.status, g.review, bool(g.overrides))}
+                    for g in load_final_grades(out_dir, term)]
         except FileNotFoundError:
             pass   # no graded result in it: read grades.csv
     path = Path(out_dir) / "grades.csv"
@@ -270,7 +285,9 @@ def _final_rows(out_dir, term=None) -> list:
         raise ExportError(f"{path}: no column {', '.join(missing)} (it has {', '.join(fields)})")
     out = []
     for n, row in enumerate(rows, start=2):
-        item = {"student_id": _original(row["student_id"]), "assignment": row["assignment"]}
+        item = {"student_id": _original(row["student_id"]), "assignment": row["assignment"],
+                "held": _undecided(Status.of(row.get("status") or ""), row.get("review") or "",
+                                   bool(row.get("override")))}
         for col in ("score", "max_score"):
             try:
                 item[col] = float(row[col])
@@ -362,6 +379,13 @@ class Export:
     feedback_zip: Path = None
     term_file: Path = None        # the term file whose lms_column matched lessons (None: none)
     term_recorded: bool = False   # that file was the one recorded in DIR/term-file.txt
+    held: list = field(default_factory=list)    # (student id, lesson, why) not sent: undecided
+    sent_undecided: bool = False  # --send-undecided: those were filled all the same
+
+    @property
+    def needs_you(self) -> bool:
+        """Something graded did not reach the gradebook: held back, or no row for the student."""
+        return bool(self.held or self.unmatched_students)
 
 
 class _Gradebook:
@@ -585,7 +609,7 @@ def _moodle_lesson(book, lessons, term, lesson, path) -> str:
 
 
 def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
-                     feedback=None) -> Export:
+                     feedback=None, send_undecided: bool = False) -> Export:
     """Fill the LMS gradebook file ``gradebook`` with the final scores of the class graded into
     ``out_dir`` and write it to ``out``; with ``feedback``, also write the feedback zip.
 
@@ -593,7 +617,10 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     lms_column map and late rules), or None: the term file recorded in ``out_dir`` by the last
     ``--term`` (:func:`recorded_term`, the same one the scores' late penalties come from), else
     none. ``lesson``: for Moodle, the lesson the worksheet is for; for
-    Canvas and Blackboard, fill only that lesson's column (None: every lesson). Returns an
+    Canvas and Blackboard, fill only that lesson's column (None: every lesson). A grade no one
+    decided (an undecided manual review, rejected work without an overrides.csv row) is held
+    back: its cell stays as the LMS gave it and it is listed in ``Export.held``, unless
+    ``send_undecided`` (then it is filled with its machine score and listed all the same). Returns an
     :class:`Export` (format_export prints it). Raises ExportError on a file it cannot use.
     """
     if lms not in GRADEBOOKS:
@@ -612,12 +639,12 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
                           f"(it has {', '.join(sorted(lessons)) or 'none'})")
     else:
         only = lesson
-    result = Export(lms, Path(gradebook), Path(out))
+    result = Export(lms, Path(gradebook), Path(out), sent_undecided=send_undecided)
     if term is not None and term.path is not None:
         result.term_file, result.term_recorded = Path(term.path), recorded
     result.columns, result.unmatched_lessons = _lesson_columns(book, lessons, term, only)
     students = book.students()
-    changes, graded_rows, filled_by = {}, set(), {}
+    changes, graded_rows, filled_by, held_rows = {}, set(), {}, set()
     for row in rows:
         sid, col = row["student_id"], result.columns.get(row["assignment"])
         record = students.get(book.key(sid))
@@ -628,6 +655,11 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
         result.rows[sid] = (record, book.display(record))
         if col is None:
             continue
+        if row.get("held"):
+            result.held.append((sid, row["assignment"], row["held"]))
+            if not send_undecided:
+                held_rows.add(record)
+                continue
         points, comma = col.points, False
         if points is None:      # Moodle: per row
             max_cell = book.cell(record, "Maximum Grade")
@@ -669,7 +701,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
         graded_rows.add(record)
         if _number(old[col.index]) != _number(text):
             result.changed += 1
-    result.kept = [book.display(r) for r in sorted(set(students.values()) - graded_rows)]
+    result.kept = [book.display(r) for r in sorted(set(students.values()) - graded_rows - held_rows)]
     write_table(table, changes, out)
     if feedback is not None:
         result.feedback = write_feedback_zip(lms, out_dir, result, feedback)
@@ -734,6 +766,18 @@ def format_export(result: Export) -> str:
         lines.append(f"  NOT FOUND in the gradebook ({len(result.unmatched_students)} student(s) "
                      "of grades.csv, their grades not written): " +
                      ", ".join(ids.printable(s) for s in result.unmatched_students))
+    if result.held:
+        kinds = Counter(why.split(" (", 1)[0] for _, _, why in result.held)
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        if result.sent_undecided:
+            lines.append(f"  SENT UNDECIDED ({counts}; --send-undecided): filled with the "
+                         "machine score all the same:")
+        else:
+            lines.append(f"  HELD BACK ({counts}): no one decided these grades, so their cells "
+                         "stay as the LMS gave them; decide each in DIR/overrides.csv and export "
+                         "again, or send the machine score with --send-undecided:")
+        lines += [f"    {ids.printable(sid)}, {lesson}: {ids.printable(why)}"
+                  for sid, lesson, why in sorted(result.held)]
     if result.kept:
         lines.append(f"  kept as the LMS had ({len(result.kept)} student(s) of the gradebook with "
                      "no grade here): " + "; ".join(ids.printable(s) for s in result.kept))

@@ -228,14 +228,70 @@ def test_the_command_prints_matches_and_misses(canvas, tmp_path, capsys):
     out, book, _, _ = canvas
     (tmp_path / "t.toml").write_text(TERM.format(c1="01 Running sum (1234)", c2="(1235)"))
     dest = tmp_path / "o.csv"
+    # bob, graded, has no row in the gradebook: exit 3 until the instructor says it is meant
     assert main(["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--out", str(dest),
-                 "--term", str(tmp_path / "t.toml")]) == 0
+                 "--term", str(tmp_path / "t.toml")]) == 3
+    assert "1 graded student(s) not in the gradebook" in capsys.readouterr().err
+    assert main(["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--out", str(dest),
+                 "--term", str(tmp_path / "t.toml"), "--send-undecided"]) == 0
     printed = capsys.readouterr().out
     assert "lesson 01_running_sum -> column '01 Running sum (1234)'" in printed
     assert "lesson 02_fixed_state_recall -> column '02 What a fixed state cannot hold (1235)'" in printed
     assert "NOT FOUND in the gradebook (1 student(s)" in printed and "bob" in printed
     assert "kept as the LMS had (2 student(s)" in printed
     assert dest.is_file()
+
+
+def test_export_holds_back_what_no_one_decided(tmp_path, capsys):
+    """An undecided manual review and rejected work keep the cell the LMS gave (blank), are
+    listed with why, and make export exit 3; overrides.csv deciding them, or --send-undecided,
+    lets them through. Every other cell is the rule's: score / max x the column's points."""
+    from autograder.results import Override
+    out = tmp_path / "graded"
+    out.mkdir()
+    results = [Result("smithann_12345", "01_running_sum", score=6, max_score=6,
+                      status="needs manual review: the kernel printed a score"),
+               Result("doejohn_222", "01_running_sum", score=0, max_score=6,
+                      status="rejected: no .ipynb file in the submission folder (found: hw.docx)"),
+               Result("leeamy_9", "01_running_sum", score=3, max_score=6),
+               Result("smithann_777", "01_running_sum", score=0, max_score=6,
+                      status="needs manual review: timed out in the harness")]
+    decided = [Override("smithann_777", "01_running_sum", "", 2.0, "read by hand")]
+    write_csv(out / "grades.csv", results, [], overrides=decided)
+    book = tmp_path / "canvas.csv"
+    book.write_bytes(CANVAS.encode())
+    term = term_file(tmp_path, "01 Running sum (1234)", "(1235)", out)
+    before = parse(CANVAS.encode(), "utf-8")
+    rows = {r[1]: i for i, r in enumerate(before)}      # Canvas user id -> row index
+    col = before[0].index("01 Running sum (1234)")
+
+    held = export_gradebook(out, "canvas", book, tmp_path / "held.csv", term=term)
+    assert sorted((s, why.split(" (")[0]) for s, _, why in held.held) == [
+        ("doejohn_222", "rejected, not graded"), ("smithann_12345", "manual review undecided")]
+    assert_cells(parse((tmp_path / "held.csv").read_bytes(), "utf-8"), expected_cells(before, {
+        (rows["9"], col): 3 / 6 * 10, (rows["777"], col): 2 / 6 * 10}))
+    printed = format_export(held)
+    assert "HELD BACK (1 manual review undecided, 1 rejected, not graded)" in printed
+    assert "the kernel printed a score" in printed and "hw.docx" in printed
+    assert "kept as the LMS had" in printed and "Doe, John" not in printed.split("kept as")[1]
+
+    args = ["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--term", str(term.path)]
+    assert main(args + ["--out", str(tmp_path / "a.csv")]) == 3
+    assert "2 grade(s) held back" in capsys.readouterr().err
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "held.csv").read_bytes()
+    assert main(args + ["--out", str(tmp_path / "b.csv"), "--send-undecided"]) == 0
+    assert "SENT UNDECIDED" in capsys.readouterr().out
+    assert_cells(parse((tmp_path / "b.csv").read_bytes(), "utf-8"), expected_cells(before, {
+        (rows["9"], col): 3 / 6 * 10, (rows["777"], col): 2 / 6 * 10,
+        (rows["12345"], col): 10.0, (rows["222"], col): 0.0}))
+
+    decided += [Override("smithann_12345", "01_running_sum", "", 5.0, "fine"),
+                Override("doejohn_222", "01_running_sum", "", 0.0, "sent a .docx")]
+    write_csv(out / "grades.csv", results, [], overrides=decided)
+    assert main(args + ["--out", str(tmp_path / "c.csv")]) == 0
+    assert_cells(parse((tmp_path / "c.csv").read_bytes(), "utf-8"), expected_cells(before, {
+        (rows["9"], col): 3 / 6 * 10, (rows["777"], col): 2 / 6 * 10,
+        (rows["12345"], col): 5 / 6 * 10, (rows["222"], col): 0.0}))
 
 
 def test_without_term_the_recorded_term_file_is_used_whole(canvas, tmp_path, capsys):
@@ -254,7 +310,7 @@ def test_without_term_the_recorded_term_file_is_used_whole(canvas, tmp_path, cap
     assert recorded.term_recorded and recorded.term_file == term.resolve()
     dest = tmp_path / "o.csv"
     assert main(["export", str(out), "--lms", "canvas", "--gradebook", str(book),
-                 "--out", str(dest)]) == 0
+                 "--out", str(dest)]) == 3     # bob is not in the gradebook
     printed = capsys.readouterr().out
     assert f"with the term file {term.resolve()} (recorded in DIR/term-file.txt" in printed
     assert "NOT FILLED: lesson 01_running_sum" not in printed and "4 cell(s) filled" in printed
