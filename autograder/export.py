@@ -119,10 +119,16 @@ def _decode(data: bytes, path: Path) -> tuple:
                       "again and upload it unchanged")
 
 
-def _delimiter(first_line: str) -> str:
-    """Tab when the header row has more tabs than commas outside quotes, else comma."""
+DELIMITERS = (",", "\t", ";")
+
+
+def delimiter_of(first_line: str) -> str:
+    """The delimiter the header row uses most outside quotes: comma (what every LMS writes by
+    default), tab (Blackboard's tab-delimited download) or semicolon (Canvas's "separate with
+    semicolons" option, and a spreadsheet's re-save in a locale whose decimal mark is a comma);
+    comma on a tie."""
     outside = re.sub(r'"[^"]*"', "", first_line)
-    return "\t" if outside.count("\t") > outside.count(",") else ","
+    return max(DELIMITERS, key=lambda d: (outside.count(d), d == ","))
 
 
 def _cell_spans(text: str, start: int, end: int, delimiter: str) -> list:
@@ -169,7 +175,7 @@ def read_table(path) -> Table:
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
-    table = Table(path, text, bom, codec, _delimiter(lines[0]))
+    table = Table(path, text, bom, codec, delimiter_of(lines[0]))
     reader = csv.reader(iter(lines), delimiter=table.delimiter, strict=False)
     consumed = 0
     try:
@@ -343,6 +349,11 @@ def _number(cell: str):
     return value if math.isfinite(value) and value >= 0 else None
 
 
+def _decimal_comma(cell: str) -> bool:
+    """Whether a number cell uses a comma as its decimal mark ('10,5', '10,00'; not '10')."""
+    return "," in cell and "." not in cell
+
+
 def _points_text(value: float, comma: bool) -> str:
     text = f"{value:.2f}".rstrip("0").rstrip(".")
     return text.replace(".", ",") if comma else text
@@ -359,6 +370,7 @@ class Column:
     index: int
     header: str
     points: float = None
+    comma: bool = False     # the points were written with a decimal comma: so is each grade
 
 
 @dataclass
@@ -493,7 +505,7 @@ class _Canvas(_Gradebook):
         if points is None:
             return None, (f"column {self.head[i]!r} has no points possible "
                           f"({values[i] if i < len(values) else ''!r}): a read-only column")
-        return Column(i, self.head[i], points), ""
+        return Column(i, self.head[i], points, _decimal_comma(values[i])), ""
 
 
 class _Moodle(_Gradebook):
@@ -550,7 +562,7 @@ class _Blackboard(_Gradebook):
             return None, (f"column {self.head[i]!r} is {'a calculated' if m['up'] else 'a ' + m['kind']}"
                           " column; only a Score column takes grades (set the column's primary "
                           "display to Score in Blackboard)")
-        return Column(i, self.head[i], _number(m["pts"])), ""
+        return Column(i, self.head[i], _number(m["pts"]), _decimal_comma(m["pts"])), ""
 
 
 GRADEBOOKS = {"canvas": _Canvas, "moodle": _Moodle, "blackboard": _Blackboard}
@@ -660,10 +672,10 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
             if not send_undecided:
                 held_rows.add(record)
                 continue
-        points, comma = col.points, False
+        points, comma = col.points, col.comma
         if points is None:      # Moodle: per row
             max_cell = book.cell(record, "Maximum Grade")
-            points, comma = _number(max_cell), "," in max_cell and "." not in max_cell
+            points, comma = _number(max_cell), _decimal_comma(max_cell)
             if points is None:
                 result.notes.append(f"{sid}: Maximum Grade {max_cell!r} is not a number; "
                                     "not filled")

@@ -201,9 +201,12 @@ def moodle_submission_times(path, zone) -> dict:
     from pathlib import Path
 
     from dateutil import parser as dates
+    from .export import delimiter_of
     path = Path(path)
     with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
+        delimiter = delimiter_of(f.readline())    # ',' or, re-saved in many locales, ';'
+        f.seek(0)
+        reader = csv.DictReader(f, delimiter=delimiter)
         missing = {"Identifier", "Last modified (submission)"} - set(reader.fieldnames or [])
         if missing:
             raise ValueError(f"{path}: no column {', '.join(sorted(missing))}; is it Moodle's "

@@ -147,6 +147,40 @@ def test_canvas_every_cell_is_the_rule_and_the_rest_is_byte_for_byte(canvas, tmp
     assert "smithann_777 -> 'Smith, Ann' (row 7): 02_fixed_state_recall 6.67" in text
 
 
+def semicolon_resave(text: str) -> str:
+    """``text`` as a spreadsheet in a decimal-comma locale saves it: ';' between cells, every
+    number with a decimal comma ('10,00'), quotes only where a cell holds ';' or a quote."""
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter=";", lineterminator="\r\n")
+    for row in csv.reader(io.StringIO(text, newline="")):
+        w.writerow([c.replace(".", ",") if c.replace(".", "", 1).isdigit() else c for c in row])
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("codec", ["utf-8-sig", "cp1252"])
+def test_a_semicolon_gradebook_with_decimal_commas_is_filled_in_kind(canvas, tmp_path, codec):
+    out, _, term, scores = canvas
+    text = semicolon_resave(CANVAS.replace("Lee, Amy", "Lée, Amy"))
+    book = tmp_path / "Grades-ML_101;semicolons.csv"
+    book.write_bytes(text.encode(codec))
+    dest = tmp_path / "upload.csv"
+    result = export_gradebook(out, "canvas", book, dest, term=term)
+    before, after = book.read_bytes(), dest.read_bytes()
+    original = parse(before, codec, ";")
+    assert original[1][5:7] == ["10,00", "20,00"] and original[5][0] == "Lée, Amy"
+    row = {r[1]: i for i, r in enumerate(original)}
+    col, points = {"01_running_sum": 5, "02_fixed_state_recall": 6}, {5: 10.0, 6: 20.0}
+    fills = {(row[st.rsplit("_", 1)[-1]], col[le]): sc / mx * points[col[le]]
+             for (st, le), (sc, mx) in scores.items()
+             if st.rsplit("_", 1)[-1] in row and le in col}
+    assert len(fills) == 4 and len(result.filled) == 4
+    got = parse(after, codec, ";")
+    assert_cells(got, expected_cells(original, fills))
+    assert all("," in got[r][c] or got[r][c].isdigit() for r, c in fills)   # '7,5', '6,67', '20'
+    assert got[3][5] == "7,5"
+    unchanged_lines(before, after, codec, {r for r, _ in fills})
+
+
 def test_lesson_limits_canvas_to_one_column(canvas, tmp_path):
     out, book, term, _ = canvas
     result = export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term, lesson="02_fixed_state_recall")

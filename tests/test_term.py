@@ -222,6 +222,8 @@ def test_a_moodle_worksheet_gives_submission_times_at_report_time(tmp_path):
     berlin = dt.datetime(2026, 10, 2, 23, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     assert ann.submitted_at_source.startswith("Moodle worksheet")
     assert ann.score == expected(6, berlin) < 6 and bo.score == 6 and bo.submitted_at == ""
+    sheet.write_bytes(b"\xef\xbb\xbf" + sheet.read_text().replace('","', '";"').encode())   # re-saved
+    assert final_grades(with_worksheet_times(results, term), term)[0].score == ann.score
     sheet.write_text('"Identifier","Last modified (submission)"\n"Participant 1001","yesterday-ish"\n')
     with pytest.raises(ValueError, match="line 2"):
         with_worksheet_times(results, term)
