@@ -10,7 +10,6 @@ of grades). With a Dask scheduler, each submission's sandboxed run goes to a wor
 cluster instead (autograder.distributed); everything else stays here. nbgrader's part, one
 student at a time, is autograder.autograde; the releases graded against, autograder.releases.
 """
-import datetime as dt
 import os
 import shutil
 import sys
@@ -33,7 +32,7 @@ from .options import GradingOptions
 from .releases import git_releases, release_history, update_releases
 from .repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 from .results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, OVERRIDES_FILE,
-                      TIMESTAMP_SOURCE, Result, final_grades, read_overrides, write_grades_csv)
+                      Result, final_grades, read_overrides, read_timestamp, write_grades_csv)
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
            "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION", "SANDBOX_PREPROCESSORS"]
@@ -90,12 +89,10 @@ def _submitted_at(sub, chosen) -> tuple:
     anything the student's code wrote): nbgrader's timestamp.txt beside a folder submission,
     the Blackboard attempt date of the ``chosen`` file; else ("", why it is unknown). In an
     LMS export a file named timestamp.txt is one the student uploaded: it is never read."""
-    from nbgrader.utils import parse_utc
     for rel, path in sub.data_files if sub.layout == "folder" else ():
         if rel == "timestamp.txt":
-            try:   # nbgrader's format, "2026-10-01 21:59:00.000000 UTC"; no zone is UTC, as in nbgrader
-                when = parse_utc(path.read_text(errors="replace").strip())
-                return when.replace(tzinfo=dt.timezone.utc).isoformat(), TIMESTAMP_SOURCE
+            try:   # nbgrader's format, "2026-10-01 21:59:00.000000 UTC" (results.read_timestamp)
+                return read_timestamp(path.read_text(errors="replace")[:200])
             except (ValueError, OverflowError, OSError):
                 return "", "unknown (timestamp.txt is not a date)"
     stamp = sub.stamps.get(chosen) if chosen is not None else None

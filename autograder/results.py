@@ -28,6 +28,7 @@ import csv
 import datetime as dt
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,7 @@ __all__ = ["Result", "Status", "GRADED", "NEEDS_REVIEW", "TIMED_OUT", "REJECTED"
            "OverrideError", "OVERRIDES_FILE", "OVERRIDE_COLUMNS", "read_overrides", "FinalGrade",
            "final_grades", "class_grades", "with_worksheet_times", "late_penalty",
            "GRADE_COLUMNS", "write_grades_csv", "load_final_grades", "TIMESTAMP_SOURCE",
-           "BLACKBOARD_SOURCE", "CANVAS_LATE_SOURCE"]
+           "BLACKBOARD_SOURCE", "CANVAS_LATE_SOURCE", "read_timestamp"]
 
 GRADED, NEEDS_REVIEW, TIMED_OUT, REJECTED = "graded", "needs manual review", "timed out", "rejected"
 OVERRIDES_FILE = "overrides.csv"
@@ -216,6 +217,59 @@ class FinalGrade:
                          if o.comment or o.by)
 
 
+_STAMP = re.compile(r"^(?P<when>\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)?)"
+                    r"(?:\s*(?P<zone>\S+))?$")
+_OFFSET = re.compile(r"^(?P<sign>[+-])(?P<h>\d\d):?(?P<m>\d\d)$")
+_ABBREVIATION = re.compile(r"^[A-Z]{2,5}$")
+_ZONE_MARK = ", zone "     # TIMESTAMP_SOURCE + this + an abbreviation: read in the term's zone
+
+
+def read_timestamp(text: str) -> tuple:
+    """(ISO 8601 time, source) of an nbgrader ``timestamp.txt`` ("2026-10-01 17:59:00.000000
+    EDT": nbgrader writes ``%Y-%m-%d %H:%M:%S.%f %Z`` in its ``Exchange.timezone``).
+
+    The zone may be ``UTC``/``GMT``/``Z``, an offset (``+0200``, ``-04:00``), an IANA name
+    (``America/New_York``) or none (UTC, as nbgrader reads it): the time returned carries it.
+    An abbreviation (``EDT``, ``CEST``) names no single offset, so the wall-clock time is
+    returned without a zone and the source says which abbreviation it was; final_grades reads
+    it in the term file's time zone when that zone uses the abbreviation at that time, and
+    otherwise refuses the time with a note (never UTC silently). Raises ValueError when the
+    text is not such a time."""
+    import zoneinfo
+    m = _STAMP.match(text.strip())
+    if not m:
+        raise ValueError(f"not an nbgrader time: {text.strip()[:60]!r}")
+    when = dt.datetime.fromisoformat(m["when"].replace(" ", "T"))
+    zone = m["zone"] or "UTC"
+    if zone in ("UTC", "GMT", "Z", "UT"):
+        return when.replace(tzinfo=dt.timezone.utc).isoformat(), TIMESTAMP_SOURCE
+    offset = _OFFSET.match(zone)
+    if offset:
+        minutes = int(offset["h"]) * 60 + int(offset["m"])
+        delta = dt.timedelta(minutes=minutes if offset["sign"] == "+" else -minutes)
+        return when.replace(tzinfo=dt.timezone(delta)).isoformat(), TIMESTAMP_SOURCE
+    if _ABBREVIATION.match(zone):
+        return when.isoformat(), f"{TIMESTAMP_SOURCE}{_ZONE_MARK}{zone}"
+    try:
+        return when.replace(tzinfo=zoneinfo.ZoneInfo(zone)).isoformat(), TIMESTAMP_SOURCE
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValueError(f"time zone {zone!r} is neither an offset, an abbreviation nor a "
+                         "time zone name") from None
+
+
+def _abbreviation_mismatch(when: dt.datetime, source: str, zone) -> str:
+    """Why the abbreviation ``source`` names does not fit the term's ``zone`` at ``when`` (an
+    aware time read in that zone); "" when it fits or the source names none."""
+    if not source.startswith(TIMESTAMP_SOURCE + _ZONE_MARK):
+        return ""
+    abbreviation = source[len(TIMESTAMP_SOURCE + _ZONE_MARK):]
+    if when.tzname() == abbreviation:
+        return ""
+    return (f"unknown (timestamp.txt gives the zone {abbreviation}, but the term file's time zone "
+            f"{zone} is {when.tzname()} at that time: set the term file's timezone to the one "
+            "nbgrader's Exchange.timezone names)")
+
+
 def _aware(text: str, zone) -> dt.datetime | None:
     """An ISO time string as an aware datetime (a time without zone is read in ``zone``)."""
     if not text:
@@ -280,6 +334,10 @@ def final_grades(results, term: Term = None, overrides=(), lesson_max: dict = No
         notes = list(res.notes)
         due = term.due(res.student, res.assignment)
         when = _aware(res.submitted_at, zone)
+        source = res.submitted_at_source
+        refused = _abbreviation_mismatch(when, source, zone) if when is not None else ""
+        if refused:
+            when, source = None, refused
         penalty, days, late_note = 0.0, 0, ""
         if due is not None and when is not None and status.kind != REJECTED:
             penalty, days = late_penalty(raw, (when - due).total_seconds(), term)
@@ -295,7 +353,7 @@ def final_grades(results, term: Term = None, overrides=(), lesson_max: dict = No
                 else:
                     late_note += f" ({term.late.per_day:.0%} of {raw:g} per started day)"
         elif due is not None and status.kind != REJECTED:
-            late_note = f"{_unknown_time(res.submitted_at_source)}: no late penalty applied"
+            late_note = f"{_unknown_time(source)}: no late penalty applied"
             notes.append(late_note)
         review = ""
         if status.kind == NEEDS_REVIEW:

@@ -207,6 +207,52 @@ def test_submission_times_come_from_timestamp_txt_blackboard_and_canvas(tmp_path
     assert submission_times(moodle, tmp_path / "m")["Ann Smith_1001"] == ("", "")
 
 
+def test_timestamp_txt_zones_abbreviations_in_the_terms_zone_or_refused(tmp_path):
+    """nbgrader writes timestamp.txt in its Exchange.timezone with %Z: 'CEST', 'EDT'. An
+    abbreviation is read in the term file's zone when that zone uses it then; otherwise the time
+    is refused with a note on the row, never read as UTC. Offsets and zone names carry their
+    own offset."""
+    berlin_2359 = dt.datetime(2026, 10, 1, 23, 59, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    stamps = {"abbrev": "2026-10-01 23:59:00.000000 CEST",     # on time in Berlin (= DUE)
+              "late": "2026-10-02 01:00:00.000000 CEST",
+              "offset": "2026-10-01 23:59:00.000000 +0200", "colon": "2026-10-01 17:59:00 -04:00",
+              "named": "2026-10-01 23:59:00.000000 Europe/Berlin",
+              "new_york": "2026-10-01 17:59:00.000000 EDT",    # not Berlin's abbreviation
+              "utc": "2026-10-01 21:59:00.000000 UTC", "bare": "2026-10-01 21:59:00.000000"}
+    folder = tmp_path / "class"
+    for student, stamp in stamps.items():
+        (folder / student / ASSIGNMENT).mkdir(parents=True)
+        (folder / student / ASSIGNMENT / NOTEBOOK).write_bytes(NB)
+        (folder / student / ASSIGNMENT / "timestamp.txt").write_text(stamp)
+    got = submission_times(folder, tmp_path / "f")
+    results = [{"student": s, "assignment": ASSIGNMENT, "score": 6, "max_score": 6,
+                "submitted_at": at, "submitted_at_source": source} for s, (at, source) in got.items()]
+    berlin = load_term(_term_file(tmp_path, DUE - dt.timedelta(days=1)), [ASSIGNMENT])
+    rows = {r.student: r for r in final_grades(results, berlin)}
+    on_time = [s for s in stamps if s not in ("late", "new_york")]
+    for s in on_time:       # each the same instant as the due date: no penalty, a known time
+        assert _aware_of(rows[s], "Europe/Berlin") == berlin_2359, s
+        assert rows[s].score == 6 and "unknown" not in rows[s].late_note, s
+    assert rows["late"].score == expected(6, berlin_2359 + dt.timedelta(minutes=61)) < 6
+    refused = rows["new_york"]
+    assert refused.score == 6 and refused.late_penalty == 0
+    assert "timestamp.txt gives the zone EDT" in refused.late_note and "Europe/Berlin" in refused.late_note
+    assert "no late penalty applied" in refused.late_note
+    new_york = tmp_path / "ny.toml"
+    new_york.write_text(_term_file(tmp_path, DUE - dt.timedelta(days=1)).read_text()
+                        .replace("Europe/Berlin", "America/New_York"))
+    rows = {r.student: r for r in final_grades(results, load_term(new_york, [ASSIGNMENT]))}
+    assert _aware_of(rows["new_york"], "America/New_York") == berlin_2359 and "unknown" not in rows["new_york"].late_note
+    assert "gives the zone CEST" in rows["abbrev"].late_note
+
+
+def _aware_of(row, zone=None) -> dt.datetime:
+    """The instant final_grades read: a time without zone (an abbreviation's) in ``zone``."""
+    from zoneinfo import ZoneInfo
+    when = dt.datetime.fromisoformat(row.submitted_at)
+    return when if when.tzinfo else when.replace(tzinfo=ZoneInfo(zone))
+
+
 def test_a_moodle_worksheet_gives_submission_times_at_report_time(tmp_path):
     from autograder.results import with_worksheet_times
     sheet = tmp_path / "worksheet.csv"
