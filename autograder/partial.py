@@ -14,7 +14,8 @@ be a score:
   under ``if close(f(1), 1):`` is the test's own number, and so is a comparison's result
   (``sum([f(1) == 1, f(2) == 4])``: bools the harness computed). A test that uses ``globals``, ``exec``
   and the like could move a value in ways the source does not show: then every name counts as
-  the student's.
+  the student's. Asking whether a name exists (``"add" in globals()``, as every test cell of
+  the course does) moves nothing and does not count.
 - :func:`credit` turns the value into points: a real number, capped at the cell's points,
   negative or NaN as 0; a bool all or nothing (nbgrader would give full marks for ``False``
   too: a test ending in ``f(1) == 2`` without ``assert``); refused when the expression uses a
@@ -31,7 +32,7 @@ import math
 import numbers
 
 __all__ = ["student_derived", "free_names", "credit", "last_expression_problems",
-           "ends_silenced", "REFUSED_ENAME"]
+           "ends_silenced", "reflective_uses", "REFUSED_ENAME"]
 
 REFUSED_ENAME = "PartialCreditRefused"
 REFLECTIVE = {"globals", "locals", "vars", "exec", "eval", "compile", "setattr", "delattr",
@@ -88,9 +89,37 @@ def free_names(tree) -> set:
     return {n for n in _names(tree) if n not in _defined(tree) and not hasattr(builtins, n)}
 
 
+def _membership_checks(tree) -> set:
+    """The ``globals()``/``locals()``/``vars()`` calls (no arguments) that are only asked
+    whether a name is there: ``"add" in globals()``. The answer is a bool the harness computes,
+    like any comparison's, and no value moves: these are not reflective."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn))
+                                                 for op in node.ops):
+            for right in node.comparators:
+                if isinstance(right, ast.Call) and isinstance(right.func, ast.Name) and \
+                        right.func.id in ("globals", "locals", "vars") and \
+                        not right.args and not right.keywords:
+                    out.add(id(right.func))
+    return out
+
+
+def reflective_uses(tree) -> list:
+    """``[(name, line)]`` of each reflective built-in (``globals``, ``exec``, ``setattr``, a
+    ``__dict__``, ...) the test uses in a way that can move a value unseen in its source; a
+    membership check like ``"add" in globals()`` is not one (:func:`_membership_checks`)."""
+    checks = _membership_checks(tree)
+    uses = []
+    for n in ast.walk(tree):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
+        if name in REFLECTIVE and id(n) not in checks:
+            uses.append((name, getattr(n, "lineno", 0)))
+    return sorted(set(uses), key=lambda u: (u[1], u[0]))
+
+
 def _reflective(tree) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in REFLECTIVE
-               or isinstance(n, ast.Attribute) and n.attr in REFLECTIVE for n in ast.walk(tree))
+    return bool(reflective_uses(tree))
 
 
 def student_derived(tree, outside=()) -> set:
@@ -198,6 +227,15 @@ def last_expression_problems(source: str) -> list:
     used = sorted(_flow(last) & student_derived(tree))
     if not used:
         return []
+    reflective = reflective_uses(tree)
+    if reflective:
+        shown = ", ".join(f"`{name}` (line {line})" for name, line in reflective)
+        return [f"its last statement is an expression, which nbgrader reads as a partial-credit "
+                f"score, and the test uses {shown}, which can move a value of the student's "
+                "where the test's source does not show it; so the grader counts every name of "
+                "the test as the student's and would refuse that score (the test would score "
+                "0). A check whether a name exists (`\"add\" in globals()`) is fine; other uses "
+                "of these need the test to end in a statement (e.g. `assert ...`)"]
     return [f"its last statement is an expression, which nbgrader reads as a partial-credit "
             f"score, and it uses {', '.join(f'`{u}`' for u in used)}, which may come from the "
             "student's code: the grader would refuse that score and give the test 0. End the "

@@ -42,6 +42,9 @@ def _derived(src):
     "def g():\n    return half(1)\ng()",
     "try:\n    half(None)\nexcept Exception as e:\n    z = float(str(e))\nz",
     "globals()['q'] = half(1)\nq",
+    "q = globals().get('half')(1)\nq",
+    "assert 'half' in globals()\nvars()['half'](2)",
+    "exec('s = half(1)')\ns",
 ])
 def test_a_score_carrying_a_student_value_is_refused(src):
     assert last_expression_problems(src), src
@@ -50,10 +53,23 @@ def test_a_score_carrying_a_student_value_is_refused(src):
     assert points is None and refused
 
 
+EXISTS = "assert \"half\" in globals(), \"define half first\"\n"   # as the course's cells begin
+
+
 @pytest.mark.parametrize("src", [TWO_CHECKS, OVER, "ok = [half(2) == 1, not half(3)]\nsum(ok)",
-                                 "print(half(2))", "assert half(2) == 1"])
+                                 "print(half(2))", "assert half(2) == 1", EXISTS + TWO_CHECKS,
+                                 "if 'half' not in locals():\n    raise NameError('half')\n" + OVER])
 def test_a_score_made_by_the_tests_own_checks_is_allowed(src):
     assert last_expression_problems(src) == []
+    last = ast.parse(src).body[-1]
+    if isinstance(last, ast.Expr) and "score" in src:
+        assert credit(1.0, 2, last.value, _derived(src))[0] == 1.0
+
+
+def test_a_refusal_names_the_reflective_call_not_the_score():
+    problems = last_expression_problems("exec('x = 1')\n" + TWO_CHECKS)
+    assert len(problems) == 1 and "`exec` (line 1)" in problems[0]
+    assert "`score`" not in problems[0] and '"add" in globals()' in problems[0]
 
 
 def test_credit_caps_clamps_and_ignores_non_numbers():
