@@ -190,9 +190,11 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     needed = sorted({s.assignment for s in subs if not s.problem})
     update_releases(root, work, needed, db_url)
     lessons = {a: _Release(work, a, root) for a in needed}
+    kept = _Earlier(out, {s.assignment for s in subs})
     overrides = read_overrides(out / OVERRIDES_FILE, {   # a bad row stops the run before any kernel
-        (s.student, s.assignment): _maxima(lessons[s.assignment]) if s.assignment in lessons else {}
-        for s in subs})
+        **kept.known(),
+        **{(s.student, s.assignment): _maxima(lessons[s.assignment])
+           if s.assignment in lessons else {} for s in subs}})
     from .term import remember_term, remembered_term
     if term is None:   # the term file of an earlier --term, read again, else none
         term = remembered_term(out, assignments)
@@ -243,7 +245,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         _publish_feedback(out, job.sub.student, res)
         results[id(job)] = res
         save_result(out, asdict(res))
-        _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
+        _write_partial(out, prepared, results, lessons, max_scores, term, overrides, kept)
         if isolation() != noted:   # a worker that joined during the batch
             noted = isolation()
             atomic_write(out / "isolation.txt", "".join(f"{n}\n" for n in noted))
@@ -251,7 +253,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     # grades.csv exists from the start (what is reused or rejected); each commit rewrites it after
     # its journal entry, so a kill (SIGKILL) leaves it at most the one interrupted commit behind
     # the journal, and the next run rewrites it whole.
-    _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
+    _write_partial(out, prepared, results, lessons, max_scores, term, overrides, kept)
     bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress)
     with warnings.catch_warnings():
         # nbgrader's gradebook code trips SQLAlchemy autoflush warnings; they say nothing of the class.
@@ -271,7 +273,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 grader.cluster.close()
                 pool.shutdown()
             # Ctrl-C between a journal entry and its grades.csv row: the row is written now
-            _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
+            _write_partial(out, prepared, results, lessons, max_scores, term, overrides, kept)
             raise
         finally:
             bar.close()
@@ -279,18 +281,54 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                 grader.cluster.close()
             os.chdir(cwd)
         pool.shutdown()
-    _write_partial(out, prepared, results, lessons, max_scores, term, overrides)
-    _write_report(root, out, prepared, lessons, term)
+    _write_partial(out, prepared, results, lessons, max_scores, term, overrides, kept)
+    _write_report(root, out, prepared, lessons, term, kept)
     return [results[id(j)] for j in prepared if id(j) in results]
 
 
-def _write_report(root: Path, out: Path, prepared: list, lessons: dict, term=None) -> None:
+class _Earlier:
+    """The lessons graded into ``out`` by earlier runs that this run does not grade: a folder
+    holds a term, so grading lesson 01 keeps lesson 04 in the class (class.json, grades.csv,
+    overrides, report and export). A lesson this run grades replaces its own entries whole."""
+
+    def __init__(self, out: Path, graded_now: set):
+        from .insights import _read_manifest, lesson_maxima
+        try:
+            entries, columns = _read_manifest(out)
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            entries, columns = [], {}
+        self.entries = [e for e in entries if e[1] not in graded_now]
+        lessons = {a for _, a, _ in self.entries}
+        self.columns = {a: c for a, c in columns.items() if a in lessons}
+        self.maxima = lesson_maxima(out, lessons)
+        self.results = []
+        for student, assignment, _ in self.entries:
+            found = load_result(out, assignment, student)
+            if found is not None:
+                res = Result.from_dict(found)
+                if not res.max_score:   # rejected: what it could have scored
+                    res.max_score = float(sum(self.maxima.get(assignment, {}).values()))
+                self.results.append(res)
+
+    def known(self) -> dict:
+        """{(student, assignment): {grade_id: points}} for read_overrides."""
+        return {(s, a): self.maxima.get(a, {}) for s, a, _ in self.entries}
+
+
+def _write_report(root: Path, out: Path, prepared: list, lessons: dict, term=None,
+                  kept: _Earlier = None) -> None:
     """The class report, insights.csv and the CSVs with hints (autograder.report), from what
-    this run committed; a failure here is a warning (every grade is already saved)."""
+    this run committed and the lessons ``kept`` from earlier runs; a failure here is a warning
+    (every grade is already saved)."""
     from .insights import write_manifest
     from .report import write_class_outputs
-    write_manifest(out, [(j.result.student, j.result.assignment, j.sub.student) for j in prepared],
-                   {a: lessons[a].columns for a in sorted(lessons)})
+    entries = [(j.result.student, j.result.assignment, j.sub.student) for j in prepared]
+    columns = {a: lessons[a].columns for a in lessons}
+    if kept is not None:
+        entries += [tuple(e) for e in kept.entries]
+        columns.update(kept.columns)
+    write_manifest(out, sorted(entries, key=lambda e: (e[1], e[0])),
+                   {a: columns[a] for a in sorted(columns)})
     try:
         write_class_outputs(root, out, term=term)
     except Exception as exc:   # noqa: BLE001 (reported, then the run ends as usual)
@@ -314,13 +352,19 @@ def _publish_feedback(out: Path, internal: str, res: Result) -> None:
     res.feedback = [str(dst / Path(f).name) for f in res.feedback]
 
 
-def _write_partial(out, prepared, results, lessons, max_scores, term=None, overrides=()) -> None:
-    """grades.csv of this class so far: committed results only, in table order."""
+def _write_partial(out, prepared, results, lessons, max_scores, term=None, overrides=(),
+                   kept: _Earlier = None) -> None:
+    """grades.csv of this class so far: committed results and the lessons ``kept`` from
+    earlier runs, in table order (lesson, then student)."""
     done = [results[id(j)] for j in prepared if id(j) in results]
     for r in done:   # a rejected submission still shows what it could have scored
         if not r.max_score and r.assignment in lessons:
             r.max_score = max_scores.setdefault(r.assignment, _max_score(lessons[r.assignment]))
-    columns = [g for a in sorted(lessons) for g in lessons[a].columns]
+    columns = {a: lessons[a].columns for a in lessons}
+    if kept is not None:
+        done = sorted(done + kept.results, key=lambda r: (r.assignment, r.student))
+        columns.update(kept.columns)
+    columns = [g for a in sorted(columns) for g in columns[a]]
     write_csv(out / "grades.csv", done, columns, hints={},   # hints: filled when the batch ends
               term=term, overrides=overrides)
 

@@ -459,3 +459,46 @@ def test_the_grade_box_is_placed_replaced_escaped_and_removed(tmp_path, tmp_path
     assert text.count(GRADE_BOX_START) == 1 and "alert" not in text, "replaced, not added"
     write_grade_boxes(tmp_path, final_grades([res]))      # no term, no override: no box
     assert page.read_text() == "<html><body><h4>toy (Score: 6 / 6)</h4><p>cells</p></body></html>"
+
+
+@pytest.mark.slow
+def test_one_folder_holds_every_lesson_graded_into_it(tmp_path):
+    """Grading lesson B into the folder that holds lesson A keeps A: grades.csv, class.json,
+    report and overrides see both; grading A again replaces A's entries only."""
+    from autograder.build import build
+    from autograder.demo import student_notebook
+    from autograder.results import load_final_grades
+    course = make_toy_course(tmp_path / "course")
+    second = "toy_two"
+    (course / "solutions" / second).mkdir()
+    (course / "solutions" / second / "toy_two.ipynb").write_bytes(
+        (course / "solutions" / ASSIGNMENT / NOTEBOOK).read_bytes())
+    build(course)
+    out = tmp_path / "term_folder"
+
+    def hand_in(name, lesson, notebook, who):
+        cls = tmp_path / name
+        released = nbformat.read(course / "lessons" / lesson / notebook, as_version=4)
+        for student, answers in who.items():
+            (cls / student / lesson).mkdir(parents=True)
+            nbformat.write(student_notebook(released, answers), cls / student / lesson / notebook)
+        return cls
+
+    first = hand_in("first", ASSIGNMENT, NOTEBOOK, {"ann": RIGHT, "bob": {**RIGHT, "add": WRONG_ADD}})
+    grade_class(course, first, out, progress=False, jobs=2)
+    # an override for lesson one, written before lesson two is graded, stays valid through it
+    write_overrides(out / "overrides.csv", [["bob", ASSIGNMENT, "", "5", "regraded by hand", ""]])
+    grade_class(course, hand_in("second", second, "toy_two.ipynb", {"ann": RIGHT}), out,
+                progress=False)
+    rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(open(out / "grades.csv"))}
+    assert sorted(rows) == [("ann", ASSIGNMENT), ("ann", second), ("bob", ASSIGNMENT)]
+    assert float(rows[("bob", ASSIGNMENT)]["score"]) == 5.0     # its override still applied
+    assert float(rows[("ann", second)]["score"]) == float(rows[("ann", ASSIGNMENT)]["score"]) == 6
+    grades = {(g.student, g.assignment): g.score for g in load_final_grades(out)}
+    assert grades == {k: float(v["score"]) for k, v in rows.items()}
+    assert main(["report", str(out)]) == 0
+    # lesson one again, bob's submission gone: lesson two and ann's lesson one stay
+    (out / "overrides.csv").unlink()
+    grade_class(course, hand_in("again", ASSIGNMENT, NOTEBOOK, {"ann": RIGHT}), out, progress=False)
+    rows = {(r["student_id"], r["assignment"]) for r in csv.DictReader(open(out / "grades.csv"))}
+    assert sorted(rows) == [("ann", ASSIGNMENT), ("ann", second)]
