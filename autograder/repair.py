@@ -313,6 +313,33 @@ def _predates(missing: set, current: set, earlier) -> set:
     return best
 
 
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def _repair_widget_state(nb) -> str:
+    """Give the notebook's saved widget state the shape nbconvert reads, or drop it; the note
+    ("" when nothing was wrong).
+
+    The widget state lives in ``metadata.widgets["application/vnd.jupyter.widget-state+json"]``
+    as ``{"state": {model id: model}, "version_major": 2, "version_minor": 0}`` (the
+    ipywidgets embedding format). Google Colab saves the models without the ``"state"`` level,
+    and nbconvert's HTML export then fails on the first widget output (KeyError 'state'): no
+    feedback page. Models saved flat are wrapped; anything else unreadable is dropped (a widget
+    output then shows its text fallback)."""
+    widgets = nb.metadata.get("widgets")
+    if widgets is None:
+        return ""
+    saved = widgets.get(WIDGET_STATE) if isinstance(widgets, dict) else None
+    if isinstance(saved, dict) and isinstance(saved.get("state"), dict):
+        return ""
+    if isinstance(saved, dict) and saved and all(isinstance(m, dict) for m in saved.values()):
+        widgets[WIDGET_STATE] = {"state": saved, "version_major": 2, "version_minor": 0}
+        return ("the notebook's widget state was saved without its 'state' level (as Colab "
+                "saves it): put back in the shape the feedback page reads")
+    nb.metadata.pop("widgets")
+    return "the notebook's widget state could not be read: removed (widgets show as text)"
+
+
 def repair_notebook(nb, release, sources: dict, earlier=()) -> list:
     """Repair ``nb`` in place against the ``release`` notebook; return the notes (may be []).
 
@@ -387,6 +414,9 @@ def repair_notebook(nb, release, sources: dict, earlier=()) -> list:
         if not CELL_ID.match(str(cell.get("id", ""))) or cell["id"] in seen:
             cell["id"] = uuid.uuid4().hex[:12]
         seen.add(cell["id"])
+    note = _repair_widget_state(nb)
+    if note:
+        notes.append(note)
     kernel = nb.metadata.get("kernelspec", {}).get("name")
     want = release.metadata.get("kernelspec", {})
     if want and kernel != want.get("name"):

@@ -457,3 +457,37 @@ def test_the_students_own_check_takes_line_endings_for_no_edit():
     i = corpus._index(nb, "test_recurrent_form")
     nb.cells[i].source = "pass"
     assert [n for n in restore_tests(nb, lesson) if "test_recurrent_form" in n]
+
+
+def _widget_notebook(state):
+    """The toy lesson, a progress-bar widget output in its first code cell, ``state`` saved."""
+    lesson, _ = _l01()
+    nb = copy.deepcopy(lesson)
+    cell = next(c for c in nb.cells if c.cell_type == "code")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        "text/plain": "  5/5 [00:01<00:00]",
+        "application/vnd.jupyter.widget-view+json": {"model_id": "m1", "version_major": 2,
+                                                     "version_minor": 0}})]
+    if state is not None:
+        nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": state}
+    return lesson, nb
+
+
+@pytest.mark.parametrize("state, note", [
+    ({"m1": {"model_name": "FloatProgressModel", "state": {"value": 5}}}, "without its 'state'"),
+    ("garbled", "could not be read"),
+    ({"state": {"m1": {"model_name": "FloatProgressModel", "state": {"value": 5}}},
+      "version_major": 2, "version_minor": 0}, None),       # as JupyterLab saves it: untouched
+])
+def test_widget_state_as_colab_saves_it_still_gives_a_feedback_page(state, note):
+    from nbconvert import HTMLExporter
+    lesson, nb = _widget_notebook(state)
+    before = copy.deepcopy(nb.metadata)
+    notes = repair_notebook(nb, lesson, {})
+    widget_notes = [n for n in notes if "widget" in n]
+    if note is None:
+        assert widget_notes == [] and nb.metadata == before
+    else:
+        assert len(widget_notes) == 1 and note in widget_notes[0]
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert "5/5" in page or "FloatProgressModel" in page
