@@ -312,8 +312,10 @@ def grade_box(row, titles=None) -> str:
         who = f" ({e(o.by)})" if o.by else ""
         items.append(f"<li class='override'>Changed by your instructor{who}: {what} "
                      f"{o.points:g} point{'s' * (o.points != 1)}{said}</li>")
-    if row.late_note:
+    if row.late_note and row.days_late:
         items.append(f"<li class='late'>Late work: {e(row.late_note)}</li>")
+    # an unknown submission time ("Canvas marked it _LATE_ ...: no late penalty applied") is the
+    # instructor's to read in the report, not the student's: Canvas's own late policy may apply
     if row.status.kind == "needs manual review" and row.review == "undecided":
         items.append("<li class='review'>Your instructor will look at this submission; the "
                      "score may change.</li>")
@@ -336,7 +338,7 @@ def write_grade_boxes(out, rows, titles=None) -> list:
     from .journal import atomic_write
     written = []
     for row in rows:
-        said = row.due or row.overrides or row.late_note or row.review == "undecided"
+        said = row.due or row.overrides or row.days_late or row.review == "undecided"
         box = grade_box(row, (titles or {}).get(row.assignment)) if said else ""   # no term and no decision: the page as graded
         for page in sorted((Path(out) / "feedback" / folder_name(row.student) / row.assignment)
                            .glob("*.html")):

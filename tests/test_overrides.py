@@ -53,3 +53,22 @@ def test_the_grade_box_names_the_exercise_by_title_and_says_1_point():
     assert "exercise &ldquo;Your turn: add&rdquo; set to 1 point<" in box
     assert "exercise <code>test_mul</code> set to 2 points<" in box     # no title known
     assert "1 points" not in box
+
+
+def test_the_grade_box_keeps_grader_internals_off_the_students_page():
+    """An unknown submission time (Canvas's _LATE_, no timestamp) is the report's to say; the
+    student's page shows a late line only for a lateness the grader measured."""
+    import datetime as dt
+
+    from autograder.feedback import grade_box
+    from autograder.results import CANVAS_LATE_SOURCE, Result, final_grades
+    from autograder.term import LatePolicy, LessonTerm, Term
+    due = dt.datetime(2026, 10, 1, 23, 59, tzinfo=dt.timezone.utc)
+    term = Term(lessons={"toy": LessonTerm(due=due)}, late=LatePolicy(per_day=0.1))
+    late = Result("ann", "toy", 5, 5, submitted_at=(due + dt.timedelta(hours=3)).isoformat())
+    canvas = Result("bob", "toy", 5, 5, submitted_at_source=CANVAS_LATE_SOURCE)
+    rows = final_grades([late, canvas], term)
+    assert "unknown" in rows[1].late_note            # the report and grades.csv still say it
+    box = grade_box(rows[1])
+    assert "Late work" not in box and "_LATE_" not in box and "penalty" not in box
+    assert "Late work" in grade_box(rows[0]) and "-0.5 points" in grade_box(rows[0])
