@@ -27,6 +27,7 @@ from .autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
 from .cells import grade_id_of, is_graded, nbgrader_meta
 from .collect import DEFAULT_MAX_BYTES, choose_notebook, collect
 from .config import list_assignments
+from .insights import EarlierLessons
 from .journal import atomic_write, digest, load_result, save_result
 from .options import GradingOptions
 from .releases import git_releases, release_history, update_releases
@@ -190,7 +191,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     needed = sorted({s.assignment for s in subs if not s.problem})
     update_releases(root, work, needed, db_url)
     lessons = {a: _Release(work, a, root) for a in needed}
-    kept = _Earlier(out, {s.assignment for s in subs})
+    kept = EarlierLessons(out, {s.assignment for s in subs})
     overrides = read_overrides(out / OVERRIDES_FILE, {   # a bad row stops the run before any kernel
         **kept.known(),
         **{(s.student, s.assignment): _maxima(lessons[s.assignment])
@@ -286,37 +287,8 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     return [results[id(j)] for j in prepared if id(j) in results]
 
 
-class _Earlier:
-    """The lessons graded into ``out`` by earlier runs that this run does not grade: a folder
-    holds a term, so grading lesson 01 keeps lesson 04 in the class (class.json, grades.csv,
-    overrides, report and export). A lesson this run grades replaces its own entries whole."""
-
-    def __init__(self, out: Path, graded_now: set):
-        from .insights import _read_manifest, lesson_maxima
-        try:
-            entries, columns = _read_manifest(out)
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            entries, columns = [], {}
-        self.entries = [e for e in entries if e[1] not in graded_now]
-        lessons = {a for _, a, _ in self.entries}
-        self.columns = {a: c for a, c in columns.items() if a in lessons}
-        self.maxima = lesson_maxima(out, lessons)
-        self.results = []
-        for student, assignment, _ in self.entries:
-            found = load_result(out, assignment, student)
-            if found is not None:
-                res = Result.from_dict(found)
-                if not res.max_score:   # rejected: what it could have scored
-                    res.max_score = float(sum(self.maxima.get(assignment, {}).values()))
-                self.results.append(res)
-
-    def known(self) -> dict:
-        """{(student, assignment): {grade_id: points}} for read_overrides."""
-        return {(s, a): self.maxima.get(a, {}) for s, a, _ in self.entries}
-
-
 def _write_report(root: Path, out: Path, prepared: list, lessons: dict, term=None,
-                  kept: _Earlier = None) -> None:
+                  kept=None) -> None:
     """The class report, insights.csv and the CSVs with hints (autograder.report), from what
     this run committed and the lessons ``kept`` from earlier runs; a failure here is a warning
     (every grade is already saved)."""
@@ -353,7 +325,7 @@ def _publish_feedback(out: Path, internal: str, res: Result) -> None:
 
 
 def _write_partial(out, prepared, results, lessons, max_scores, term=None, overrides=(),
-                   kept: _Earlier = None) -> None:
+                   kept=None) -> None:
     """grades.csv of this class so far: committed results and the lessons ``kept`` from
     earlier runs, in table order (lesson, then student)."""
     done = [results[id(j)] for j in prepared if id(j) in results]

@@ -20,7 +20,7 @@ from .journal import atomic_write, load_result
 from .cells import grade_id_of, is_test_cell, nbgrader_meta
 from .mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, load_mistakes,
                        match_mistake)
-from .results import REJECTED, Status
+from .results import REJECTED, Result, Status
 
 __all__ = ["MANIFEST", "INSIGHT_COLUMNS", "Exercise", "ReleasedLesson", "Insight", "ClassData",
            "write_manifest", "load_class", "load_results", "lesson_maxima", "write_insights_csv",
@@ -108,6 +108,34 @@ def load_results(out: Path) -> list:
     entries, _ = _read_manifest(out)
     found = (load_result(out, assignment, student) for student, assignment, _ in entries)
     return [r for r in found if r is not None]
+
+
+class EarlierLessons:
+    """The lessons graded into ``out`` by earlier runs that this run does not grade: a folder
+    holds a term, so grading lesson 01 keeps lesson 04 in the class (class.json, grades.csv,
+    overrides, report and export). A lesson this run grades replaces its own entries whole."""
+
+    def __init__(self, out: Path, graded_now: set):
+        try:
+            entries, columns = _read_manifest(out)
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            entries, columns = [], {}
+        self.entries = [e for e in entries if e[1] not in graded_now]
+        lessons = {a for _, a, _ in self.entries}
+        self.columns = {a: c for a, c in columns.items() if a in lessons}
+        self.maxima = lesson_maxima(out, lessons)
+        self.results = []
+        for student, assignment, _ in self.entries:
+            found = load_result(out, assignment, student)
+            if found is not None:
+                res = Result.from_dict(found)
+                if not res.max_score:   # rejected: what it could have scored
+                    res.max_score = float(sum(self.maxima.get(assignment, {}).values()))
+                self.results.append(res)
+
+    def known(self) -> dict:
+        """{(student, assignment): {grade_id: points}} for read_overrides."""
+        return {(s, a): self.maxima.get(a, {}) for s, a, _ in self.entries}
 
 
 def lesson_maxima(out: Path, assignments) -> dict:
