@@ -17,8 +17,10 @@ test's seconds, whether it is marked slow, its outcome; the run's wall time, dat
     tests/test_suite_budget.py checks that the block matches tests/times.json and that no test of
     the fast tier took longer than its limit there.
 
+    It also writes the measured minutes into the README's second set-up command (its comment).
+
 ``python scripts/test_times.py check-readme``
-    Exit 1 if the README's block is not what ``record`` would write from tests/times.json.
+    Exit 1 if the README's block or test command is not what ``record`` writes from tests/times.json.
 """
 from __future__ import annotations
 
@@ -116,7 +118,25 @@ def render(stored: dict) -> str:
         END])
 
 
-def _expand(compacted: dict) -> dict:
+SETUP_PREFIX = "make test    # "
+
+
+def render_setup_line(stored: dict) -> str:
+    """The README's second set-up command, with the measured minutes of both tiers."""
+    full, fast = stored["full"], stored["fast"]
+    return (f"{SETUP_PREFIX}add the test tools to .venv, run every test ({full['wall_seconds'] / 60:.0f} min "
+            f"on {full['date']}; make test-fast: {fast['wall_seconds'] / 60:.1f})")
+
+
+def setup_line(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith(SETUP_PREFIX):
+            return line
+    return None
+
+
+def expand(compacted: dict) -> dict:
+    """A stored measurement's tests in the shape of last.json's (outcome: passed)."""
     return {k: {"seconds": s, "slow": bool(slow), "outcome": "passed"} for k, (s, slow) in compacted["tests"].items()}
 
 
@@ -124,6 +144,16 @@ def readme_block(text: str) -> str | None:
     if BEGIN not in text or END not in text:
         return None
     return text[text.index(BEGIN):text.index(END) + len(END)]
+
+
+def readme_problems(text: str, stored: dict) -> list:
+    """What in the README differs from what `record` writes from tests/times.json."""
+    problems = []
+    if readme_block(text) != render(stored):
+        problems.append(f"README's test-times block is not what tests/times.json gives:\n{render(stored)}")
+    if setup_line(text) != render_setup_line(stored):
+        problems.append(f"README's test command line is not what tests/times.json gives:\n{render_setup_line(stored)}")
+    return problems
 
 
 def record(full_path: Path, fast_path: Path) -> None:
@@ -143,7 +173,11 @@ def record(full_path: Path, fast_path: Path) -> None:
     old = readme_block(text)
     if old is None:
         raise SystemExit(f"test_times: README.md has no {BEGIN} ... {END} block to rewrite")
-    README.write_text(text.replace(old, render(stored)))
+    text = text.replace(old, render(stored))
+    line = setup_line(text)
+    if line is None:
+        raise SystemExit(f"test_times: README.md has no line starting {SETUP_PREFIX!r}")
+    README.write_text(text.replace(line, render_setup_line(stored)))
     print(f"wrote {STORED.relative_to(REPO)} and the README's test-times block")
 
 
@@ -159,13 +193,10 @@ def main(argv=None) -> int:
         record(Path(args[0]), Path(args[1]))
         return 0
     if cmd == "check-readme":
-        block = readme_block(README.read_text())
-        want = render(json.loads(STORED.read_text()))
-        if block != want:
-            print("README's test-times block differs from tests/times.json; run "
-                  "`scripts/test_times.py record` or restore it:\n" + want)
-            return 1
-        return 0
+        problems = readme_problems(README.read_text(), json.loads(STORED.read_text()))
+        for p in problems:
+            print(p)
+        return 1 if problems else 0
     print(__doc__)
     return 2
 
