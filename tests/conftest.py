@@ -47,6 +47,10 @@ def xdist_group_of(item) -> str | None:
     return None
 
 
+# tryfirst: xdist's worker hook renames each grouped test's node id to "<id>@<group>" in this same
+# hook, and a marker added after it is never seen (the groups then do nothing and each worker
+# builds the module's fixtures for itself). tests/test_suite_budget.py runs two workers to check.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         group = xdist_group_of(item)

@@ -106,3 +106,50 @@ def test_module_fixtures_keep_their_tests_on_one_xdist_worker(tmp_path):
             assert group is None, nodeid
         elif "test_book.py::test_lesson_page" in nodeid or "test_browser.py::test_lesson_runs" in nodeid:
             assert group == Path(nodeid.split("::")[0]).stem, nodeid
+
+
+FIXTURE_MODULE = '''
+import os, pytest
+LOG = os.environ["FIXTURE_LOG"]
+
+@pytest.fixture(scope="module")
+def graded():
+    with open(LOG, "a") as f:
+        f.write(f"built {os.getpid()}\\n")
+
+@pytest.mark.parametrize("i", range(6))
+def test_reads_the_fixture(graded, i):
+    with open(LOG, "a") as f:
+        f.write(f"ran {os.getpid()}\\n")
+
+@pytest.mark.parametrize("i", range(6))
+def test_free(i):
+    pass
+'''
+
+
+def test_xdist_runs_a_module_fixtures_tests_on_one_worker_and_builds_it_once(tmp_path):
+    """Run, not just collected: two workers with --dist loadgroup, this suite's conftest, and a
+    module-scoped fixture read by six tests. It must be built once, in one worker. It was built on
+    both when conftest's marker came after xdist's own hook had read the markers into the node ids,
+    and with pytest 9.2, where xdist 3.8's renaming of a test's node id no longer takes effect
+    (the test extra keeps pytest below 9.2)."""
+    import os
+    import shutil
+    import subprocess
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for name in ("conftest.py", "timings_plugin.py"):
+        shutil.copy(REPO / "tests" / name, tests / name)
+    (tests / "test_fixture_once.py").write_text(FIXTURE_MODULE)
+    log = tmp_path / "log"
+    env = {**os.environ, "FIXTURE_LOG": str(log), "MLEXP_TEST_TIMES": str(tmp_path / "times.json")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                           "--dist", "loadgroup", "--rootdir", str(tmp_path), str(tests)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = log.read_text().split()
+    built = [pid for word, pid in zip(lines[::2], lines[1::2]) if word == "built"]
+    ran = {pid for word, pid in zip(lines[::2], lines[1::2]) if word == "ran"}
+    assert len(built) == 1 and ran == set(built), (
+        f"the module fixture was built {len(built)} times, its tests ran in {len(ran)} workers")
