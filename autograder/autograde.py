@@ -25,7 +25,7 @@ from .config import work_config
 from .journal import atomic_write
 from .options import GradingOptions
 from .protocol import Report
-from .results import Result
+from .results import GRADED, Result
 
 __all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "reason_of",
            "SANDBOX_PREPROCESSORS"]
@@ -144,6 +144,9 @@ class Grader:
         report = Report.read(report_file)
         if res.status == "graded":
             res.status = status_of(report, job.review, self.options)
+        if job.page_missing and res.status == "graded":
+            res.status = f"{GRADED}: no feedback page ({job.page_missing})"
+            res.notes.remove("feedback failed: " + job.page_missing)   # the status says it
         if report.retry:   # the harness failed, not the student: grade it again next run
             res.retry = True
         res.notes += [n for n in report.notes if n not in res.notes]
@@ -184,11 +187,19 @@ class Grader:
                              for g in nb.grades}
             if submitted.needs_manual_grade:
                 job.review.append("nbgrader marked cells for manual grading")
-        fb = api.generate_feedback(sub.assignment, sub.student, force=True)
-        if not fb["success"]:
-            res.notes.append("feedback failed: " + reason_of(fb.get("error")))
+        try:
+            fb = api.generate_feedback(sub.assignment, sub.student, force=True)
+        except Exception as exc:   # the grade stands; the page is the grader's to fix
+            fb = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
         src = self.work / "feedback" / sub.student / sub.assignment
         dst = self.out / "feedback" / sub.student / sub.assignment
         for html in sorted(src.glob("*.html")):
             dst.mkdir(parents=True, exist_ok=True)
             res.feedback.append(str(shutil.copyfile(html, dst / html.name)))
+        pages = {Path(p).stem for p in res.feedback}
+        unwritten = [name for name in job.notebooks if Path(name).stem not in pages]
+        if not fb["success"] or unwritten:
+            job.page_missing = (f"{', '.join(unwritten) or 'a notebook'}: "
+                                f"{reason_of(fb.get('error')) if not fb['success'] else 'nbconvert wrote none'}")
+            res.notes.append("feedback failed: " + job.page_missing)
+            res.retry = True   # the grader's fault, not the student's: written again next run

@@ -50,6 +50,7 @@ class _Job:
     notebooks: dict            # expected name -> repaired NotebookNode
     result: Result
     review: list = field(default_factory=list)   # reasons found before or after the run
+    page_missing: str = ""     # why a graded notebook got no feedback page ("" when each got one)
 
 
 TAMPERING = "grader settings of"      # the repair note of a graded cell whose metadata was changed

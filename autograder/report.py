@@ -54,6 +54,9 @@ _STATUS_ADVICE = {
                  "a larger --cell-timeout if the code was merely slow.",
     REJECTED: "the file could not be graded (not a notebook, broken JSON, wrong lesson); ask "
                 "the student for the notebook itself, then grade again.",
+    "no page": "graded, and the score stands, but the feedback page could not be written (the "
+               "reason names the notebook and the error): the student has nothing to read yet. "
+               "The next `grade` run writes it again (after the grader is fixed, if it failed again).",
     "repaired": "the grader fixed or chose something (renamed file, restored cells, several "
                 "notebooks); the grade stands, the note says what was done.",
 }
@@ -225,6 +228,8 @@ def _statuses(results: list, grades: dict = None) -> str:
                                       f"{final.score:g} ({final.override_comment or 'no comment'})"))
         if kind != GRADED and not (final is not None and final.review == "decided"):
             groups[kind].append((r["student"], status.reason))
+        elif kind == GRADED and status.reason:
+            groups["no page"].append((r["student"], status.reason))
         if final is not None and final.late_penalty:
             groups["late"].append((r["student"], final.late_note))
         elif final is not None and final.due and not final.submitted_at and kind != REJECTED:

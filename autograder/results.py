@@ -81,7 +81,8 @@ class Result:
 @dataclass(frozen=True)
 class Status:
     """A submission's status: ``kind`` (GRADED, NEEDS_REVIEW, TIMED_OUT or REJECTED) and the
-    ``reason`` (the text after the kind, "" for GRADED)."""
+    ``reason`` (the text after the kind; for GRADED "" or what the grade lacks, e.g. "graded: no
+    feedback page (...)": the score stands)."""
     kind: str
     reason: str = ""
 
@@ -92,6 +93,8 @@ class Status:
         for kind in (NEEDS_REVIEW, TIMED_OUT, REJECTED):
             if text.startswith(kind):
                 return cls(kind, text[len(kind):].lstrip(": ").strip())
+        if text.startswith(GRADED + ":"):
+            return cls(GRADED, text[len(GRADED) + 1:].strip())
         return cls(GRADED, "")
 
     def __str__(self) -> str:

@@ -239,3 +239,36 @@ def test_demo_generation_and_catalogue_typos(course, tmp_path):
 def test_course_root_error_says_what_to_do(tmp_path):
     with pytest.raises(FileNotFoundError, match="--course"):
         find_course_root(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_page_that_cannot_be_written_is_said_in_the_status_and_the_report(course, tmp_path, monkeypatch):
+    """nbconvert fails on one student's page: the score stands and is exported, the status says
+    "graded: no feedback page (<notebook>: <error>)", the report lists the student under "no page",
+    and the next run (nbconvert working again) writes the page and the status is plain "graded"."""
+    from nbgrader.apps import NbGraderAPI
+    from autograder.report import write_class_outputs
+    lesson = nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    path = tmp_path / "cls" / "ann" / ASSIGNMENT / NOTEBOOK
+    path.parent.mkdir(parents=True)
+    nbformat.write(student_notebook(lesson, {"add": ADD_SOLUTION, "mul": MUL_SOLUTION,
+                                             "mean": MEAN_SOLUTION}), path)
+    real = NbGraderAPI.generate_feedback
+    monkeypatch.setattr(NbGraderAPI, "generate_feedback", lambda self, *a, **k: (_ for _ in ()).throw(
+        KeyError("state")))
+    out = tmp_path / "out"
+    [res] = grade_class(course, tmp_path / "cls", out, options=GradingOptions(cell_timeout=30), progress=False)
+    assert res.score == 6 and res.feedback == [] and res.retry
+    assert res.status == f"graded: no feedback page ({NOTEBOOK}: KeyError: 'state')", res.status
+    assert not any("feedback failed" in n for n in res.notes), "said once, in the status"
+    write_class_outputs(course, out)
+    report = (out / "report.html").read_text()
+    assert "data-status='no page'" in report and "ann" in report.split("data-status='no page'")[1][:400]
+    with open(out / "grades.csv") as f:
+        [row] = list(csv.DictReader(f))
+    assert float(row["score"]) == 6 and row["status"].startswith("graded: no feedback page")
+
+    monkeypatch.setattr(NbGraderAPI, "generate_feedback", real)
+    [again] = grade_class(course, tmp_path / "cls", out, options=GradingOptions(cell_timeout=30), progress=False)
+    assert again.status == "graded" and not again.reused and again.score == 6
+    assert [Path(p).name for p in again.feedback] == ["toy.html"]
