@@ -199,7 +199,11 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                 o.get("output_type") == "error" for o in cell.get("outputs", [])):
             cell.outputs = [_error(NOT_RUN_ENAME, "this test did not run: "
                                    + (report.kernel or stopped or "the grader stopped before it"))]
+    client.settle_widget_text(nb)
     report.capped = client.truncated
+    if client.unfinished:
+        report.notes.append("output lost in cell(s) " + ", ".join(str(i + 1) for i in client.unfinished)
+                            + f": still arriving {client.iopub_timeout} s after the cell finished")
     return nb, report.to_dict()
 
 

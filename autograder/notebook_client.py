@@ -4,8 +4,10 @@ an nbclient client with output caps, time limits and request cells (autograder.h
 Also the names every part of the harness shares: the exceptions that end a test or a kernel,
 the error outputs' names and the time an interrupted kernel gets to answer.
 """
+import html
 import json
 import os
+import re
 
 import nbformat
 from jupyter_client.manager import AsyncKernelManager
@@ -23,6 +25,10 @@ __all__ = ["SandboxKernelManager", "HarnessClient", "StudentTimeout", "KernelGon
 TIMEOUT_ENAME = "CellTimeoutError"
 NOT_RUN_ENAME = "NotExecuted"
 KERNEL_MODULE = "_autograder_wire"   # the name of autograder.wire's copy inside the kernel
+# After a cell's reply, how long its remaining output may take to arrive (nbclient waits 4 s, and a
+# loop that flushes thousands of small prints on a busy machine is still sending then); what has
+# not arrived by then is lost, and the cell and the report say so.
+OUTPUT_WAIT_S = 30
 REQUEST_STDOUT_CHARS = 65536   # what a request cell printed, kept for a test (the rest dropped)
 RECOVER_S = 10          # after a time limit, how long an interrupted kernel may take to answer
 
@@ -63,6 +69,7 @@ class HarnessClient(NotebookClient):
         super().__init__(nb, timeout=options.cell_timeout, allow_errors=True,
                          interrupt_on_timeout=True, kernel_name="python3",
                          extra_arguments=list(KERNEL_ARGS), record_timing=False,
+                         iopub_timeout=OUTPUT_WAIT_S,
                          error_on_timeout={"ename": TIMEOUT_ENAME, "evalue": "",
                                            "traceback": [TIMEOUT_ENAME]}, **kw)
         self.options = options
@@ -70,11 +77,32 @@ class HarnessClient(NotebookClient):
         self.notebook_left = options.notebook_output_kb * 1024
         self.dropped = 0
         self.truncated = []           # notes: which cells lost output
+        self.unfinished = []          # cells whose output still arriving after OUTPUT_WAIT_S was lost
+        self.output_cut = False
         self.last_reply = None
         self.request_mode = False
         self.request_reply = None
         self.request_stdout = []
         self.on_cell_executed = self._record_reply
+
+    async def _async_poll_for_reply(self, msg_id, cell, timeout, task_poll_output_msg,
+                                    task_poll_kernel_alive):
+        reply = await super()._async_poll_for_reply(msg_id, cell, timeout, task_poll_output_msg,
+                                                    task_poll_kernel_alive)
+        # nbclient gave up waiting for the rest of the output (it cancels the wait) and went on
+        self.output_cut = task_poll_output_msg.cancelled()
+        return reply
+
+    def settle_widget_text(self, nb) -> None:
+        """Give each widget view in ``nb`` the text its widget shows at the end (widget_text),
+        where the widget can be drawn as text; the view itself is kept as it was."""
+        for cell in nb.cells:
+            for output in cell.get("outputs", []):
+                view = output.get("data", {}).get(WIDGET_VIEW)
+                if isinstance(view, dict):
+                    text = widget_text(self.widget_state, str(view.get("model_id", "")))
+                    if text is not None:
+                        output["data"]["text/plain"] = text[:2000]
 
     def _record_reply(self, execute_reply=None, **_):
         self.last_reply = execute_reply
@@ -130,12 +158,18 @@ class HarnessClient(NotebookClient):
         self.cell_left = self.options.cell_output_kb * 1024
         self.dropped = 0
         self.last_reply = None
+        self.output_cut = False
         before = self.notebook_left
         self.timeout = max(1, int(limit + 0.999))
         try:
             self.execute_cell(cell, index)
         finally:
             self.timeout = self.options.cell_timeout
+        if self.output_cut:
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=(
+                f"[output lost: the rest of this cell's output was still arriving {self.iopub_timeout} s "
+                "after the cell finished and was not kept]\n")))
+            self.unfinished.append(index)
         kept = before - self.notebook_left
         if self.cell_left <= 0 or self.notebook_left <= 0 or self.dropped:
             note = (f"[output capped: only {kept // 1024} KiB of this cell's output were kept "
@@ -194,6 +228,40 @@ class HarnessClient(NotebookClient):
         finally:
             self.request_mode = False
             self.timeout = saved
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+_TAG = re.compile(r"<[^>]*>")
+
+
+def widget_text(states: dict, model_id: str, depth: int = 0):
+    """What a widget shows, as text, from the kernel's last word on its state (``states``:
+    nbclient's widget_state, {model id: state}); None for a widget this cannot draw.
+
+    A feedback page runs no script, so a widget view shows its output's text/plain, which is the
+    widget's text when it was first displayed: a tqdm bar read "0/5" after the loop had finished.
+    Drawn here: text and HTML labels (tags dropped), progress bars (as a bar of ten cells) and
+    boxes of those (tqdm's notebook bar is a box of a label, a bar and a label)."""
+    state = states.get(model_id) or {}
+    name = state.get("_model_name", "")
+    if depth > 4 or not name:
+        return None
+    if name in ("HTMLModel", "LabelModel", "TextModel", "HTMLMathModel"):
+        return html.unescape(_TAG.sub("", str(state.get("value", "")))).replace("\xa0", " ").replace("\u2007", " ")
+    if name in ("FloatProgressModel", "IntProgressModel"):
+        try:
+            low, high, value = (float(state.get(k, d)) for k, d in (("min", 0), ("max", 100), ("value", 0)))
+        except (TypeError, ValueError):
+            return None
+        filled = round(10 * min(1.0, max(0.0, (value - low) / (high - low)))) if high > low else 0
+        return "|" + "█" * filled + " " * (10 - filled) + "|"
+    if name in ("HBoxModel", "VBoxModel", "BoxModel"):
+        parts = [widget_text(states, str(c).removeprefix("IPY_MODEL_"), depth + 1)
+                 for c in state.get("children", [])]
+        if any(p is None for p in parts):
+            return None
+        return ("\n" if name == "VBoxModel" else "").join(parts)
+    return None
 
 
 def _output_size(msg) -> int:

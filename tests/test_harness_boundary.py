@@ -10,6 +10,7 @@ Item 2: the harness's job folder (the restored notebook with every hidden test, 
 mounted into the sandbox because the harness's working folder is on its sys.path; under the
 default TMPDIR the sandbox's own /tmp happened to cover it, elsewhere it did not.
 """
+import re
 import tempfile
 from pathlib import Path
 
@@ -206,3 +207,63 @@ def test_a_replaced_rules_watcher_is_flagged(tmp_path, patch):
                                       GradingOptions(cell_timeout=60))
     assert not report["kernel"], report
     assert "mlexp.rules.watching" in report["tampered"], report
+
+
+# Output still arriving after a cell's reply (a loop flushing thousands of small prints).
+FLOOD = "import sys\nfor i in range(8000):\n    sys.stdout.write(str(i) + ' ')\n    sys.stdout.flush()\nprint('done')"
+
+
+@pytest.mark.slow
+def test_output_still_arriving_when_the_wait_ends_is_said_lost(tmp_path, monkeypatch):
+    """With the wait after a cell's reply cut to 1 s, a flood of flushed prints is still arriving:
+    the cell ends with an "[output lost" line and the report's notes name the cell. (The default
+    wait, OUTPUT_WAIT_S, is what keeps the tail of such a loop, final print included.)"""
+    from autograder import notebook_client
+    from autograder.harness import run_notebook
+    monkeypatch.setattr(notebook_client, "OUTPUT_WAIT_S", 1)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(FLOOD),
+                                         nbformat.v4.new_code_cell("print('next cell')")])
+    (tmp_path / "job").mkdir()
+    executed, report = run_notebook(nb, options=GradingOptions(cell_timeout=60), job_dir=tmp_path / "job",
+                                    sandbox=False, cwd=tmp_path)
+    first = "".join(o.get("text", "") for o in executed.cells[0].outputs)
+    assert not report["kernel"], report
+    assert "[output lost" in first and "done" not in first.split("[output lost")[0], first[-300:]
+    [note] = report["notes"]
+    assert re.fullmatch(r"output lost in cell\(s\) 1(, 2)?: still arriving 1 s after the cell finished", note), note
+    second = "".join(o.get("text", "") for o in executed.cells[1].outputs)   # behind the flood's tail
+    assert ("[output lost" in second) if ", 2" in note else ("next cell" in second), second
+
+
+@pytest.mark.slow
+def test_a_progress_bar_shows_its_last_state(tmp_path):
+    """tqdm's notebook bar is a widget; a feedback page runs no script and shows the view's text,
+    which was the bar as first displayed ("0/5") until the harness wrote in the widget's last state."""
+    pytest.importorskip("ipywidgets")
+    from autograder.harness import run_notebook
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from tqdm.auto import tqdm\nfor i in tqdm(range(5), desc='epochs'):\n    pass")])
+    (tmp_path / "job").mkdir()
+    executed, report = run_notebook(nb, options=GradingOptions(cell_timeout=60), job_dir=tmp_path / "job",
+                                    sandbox=False, cwd=tmp_path)
+    [view] = [o for o in executed.cells[0].outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    text = view["data"]["text/plain"]
+    assert text.startswith("epochs: 100%|██████████| 5/5 [") and "0/5" not in text, text
+
+
+def test_widget_text_draws_what_it_can_and_declines_the_rest():
+    from autograder.notebook_client import widget_text
+    states = {"box": {"_model_name": "HBoxModel", "children": ["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"]},
+              "l": {"_model_name": "HTMLModel", "value": "<b>loss</b>&nbsp;"},
+              "p": {"_model_name": "IntProgressModel", "value": 3, "min": 0, "max": 10},
+              "r": {"_model_name": "LabelModel", "value": " 3/10"},
+              "s": {"_model_name": "IntSliderModel", "value": 3},
+              "odd": {"_model_name": "FloatProgressModel", "value": "x"},
+              "zero": {"_model_name": "FloatProgressModel", "value": 1, "max": 0}}
+    assert widget_text(states, "box") == "loss |███       | 3/10"
+    assert widget_text(states, "s") is None and widget_text(states, "odd") is None
+    assert widget_text(states, "missing") is None and widget_text(states, "zero") == "|          |"
+    states["box"]["children"].append("IPY_MODEL_s")
+    assert widget_text(states, "box") is None, "a box with a part it cannot draw keeps its text"
+    states["loop"] = {"_model_name": "VBoxModel", "children": ["IPY_MODEL_loop"]}
+    assert widget_text(states, "loop") is None
