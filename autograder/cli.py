@@ -384,7 +384,8 @@ def _report(args) -> int:
           "review(s) undecided (decide them in DIR/overrides.csv)")
     if done["unknown_extensions"]:
         print(f"warning: the term file gives extensions to {', '.join(done['unknown_extensions'])}, "
-              "who are not in this class: write each id as grades.csv shows it", file=sys.stderr)
+              "who have no submission of that lesson in this folder: write each id as grades.csv "
+              "shows it", file=sys.stderr)
     return 0
 
 

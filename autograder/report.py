@@ -106,9 +106,14 @@ def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD, ter
 
 
 def unknown_extensions(term, grades: list) -> list:
-    """The student ids the term file gives an extension to that are not in this class (a typo
-    there would silently leave a student's penalty in place), sorted."""
-    return sorted(set(term.extensions) - {g.student for g in grades})
+    """The term file's extensions that name no graded student, as "student (lesson)", sorted:
+    an extension for a lesson graded in this folder whose student id has no row of that lesson
+    (a typo there would silently leave a student's penalty in place). An extension for a lesson
+    this folder does not hold is another folder's (one folder per lesson), so never listed."""
+    here = {g.assignment for g in grades}
+    rows = {(g.student, g.assignment) for g in grades}
+    return sorted(f"{student} ({lesson})" for student, lessons in term.extensions.items()
+                  for lesson in lessons if lesson in here and (student, lesson) not in rows)
 
 
 # ---------------------------------------------------------------------------------- figures

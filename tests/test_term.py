@@ -383,7 +383,7 @@ def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_clas
     assert main(["--course", str(course), "report", str(out), "--term", str(term_file)]) == 0
     said = capsys.readouterr()
     assert "1 late penalt" not in said.out and "3 late penalties" in said.out, said.out
-    assert "extensions to zoe_typo, who are not in this class" in said.err
+    assert f"extensions to zoe_typo ({ASSIGNMENT}), who have no submission of that lesson" in said.err
 
     rows = read_rows(out / "grades.csv")
     cat = rows["cat_extension"]
@@ -502,3 +502,20 @@ def test_one_folder_holds_every_lesson_graded_into_it(tmp_path):
     grade_class(course, hand_in("again", ASSIGNMENT, NOTEBOOK, {"ann": RIGHT}), out, progress=False)
     rows = {(r["student_id"], r["assignment"]) for r in csv.DictReader(open(out / "grades.csv"))}
     assert sorted(rows) == [("ann", ASSIGNMENT), ("ann", second)]
+
+
+def test_extension_warnings_name_only_lessons_graded_in_the_folder():
+    """One folder per lesson: an extension for a lesson this folder does not hold is another
+    folder's, never a warning; one whose id has no row of a lesson graded here is."""
+    from types import SimpleNamespace
+
+    from autograder.report import unknown_extensions
+    when = dt.datetime(2026, 10, 1)
+    term = SimpleNamespace(extensions={"ann": {"01_running_sum": when, "04_hybrid_kv_cache": when},
+                                       "an_typo": {"01_running_sum": when},
+                                       "bob": {"04_hybrid_kv_cache": when}})
+    grades = [SimpleNamespace(student=s, assignment="01_running_sum") for s in ("ann", "bob")]
+    assert unknown_extensions(term, grades) == ["an_typo (01_running_sum)"]
+    grades.append(SimpleNamespace(student="ann", assignment="04_hybrid_kv_cache"))
+    assert unknown_extensions(term, grades) == ["an_typo (01_running_sum)", "bob (04_hybrid_kv_cache)"]
+    assert unknown_extensions(term, []) == []
