@@ -19,6 +19,7 @@ student's status. Files beside a notebook are carried to the grader up to nbgrad
 (``CourseDirectory.max_file_size``, ``max_dir_size``); larger ones are dropped with a note.
 A student folder with no notebook at all is reported, not dropped.
 """
+import datetime as _dt
 import hashlib
 import os
 import stat
@@ -513,8 +514,13 @@ def choose_notebook(sub: Submission, expected: str, only_one: bool, notes: list)
     chosen = max(candidates, key=lambda p: (sub.times.get(p) or p.stat().st_mtime,
                                             len(name(p)), name(p)))
     if len(candidates) > 1:
-        others = ", ".join(f"'{name(p)}'" for p in candidates if p != chosen)
-        notes.append(f"{len(candidates)} submissions: graded the latest, '{name(chosen)}'; "
+        def which(p):   # two attempts often carry the same file name: their times tell them apart
+            if sub.stamps.get(p) or sub.times.get(p):
+                stamp = sub.stamps.get(p) or _dt.datetime.fromtimestamp(sub.times[p]).isoformat(" ")
+                return f"'{name(p)}' (uploaded {stamp})"
+            return f"'{name(p)}' (file time {_dt.datetime.fromtimestamp(p.stat().st_mtime):%Y-%m-%d %H:%M:%S})"
+        others = ", ".join(which(p) for p in candidates if p != chosen)
+        notes.append(f"{len(candidates)} submissions: graded the latest, {which(chosen)}; "
                      f"ignored {others}")
     elif name(chosen) != expected:
         notes.append(f"renamed '{name(chosen)}' to '{expected}'")

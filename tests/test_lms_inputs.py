@@ -595,8 +595,13 @@ def test_blackboard_export_latest_attempt_wins(tmp_path, good, course):
         zf.writestr(f"HW 1_akim_attempt_2026-03-01-09-00-00_{NOTEBOOK}", good)
     subs = by_student(collect(zpath, [ASSIGNMENT], tmp_path / "u", NAMES))
     assert sorted(subs) == ["akim", "jsmith"]
-    chosen = choose_notebook(subs["jsmith"], NOTEBOOK, True, [])
+    notes = []
+    chosen = choose_notebook(subs["jsmith"], NOTEBOOK, True, notes)
     assert chosen.read_bytes() == good
+    # the two attempts carry one file name: the note tells them apart by the attempt's time
+    [note] = notes
+    assert note.startswith(f"2 submissions: graded the latest, '{NOTEBOOK}' (uploaded 2026-03-02"), note
+    assert f"ignored '{NOTEBOOK}' (uploaded 2026-03-01" in note, note
 
 
 def tagged(good: bytes, who: str) -> bytes:
