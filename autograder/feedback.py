@@ -325,6 +325,29 @@ def grade_box(row, titles=None) -> str:
             f"<ul>{''.join(items)}</ul></div>{GRADE_BOX_END}")
 
 
+_TESTS_SCORE = re.compile(r'(<span class="mlexp-tests-score" data-tests="([^"]*)">)(.*?)(</span>)')
+_EXERCISE_SCORE = re.compile(r'(<(td|span) class="(?:score|mlexp-points)" data-grade-id="([^"]*)" '
+                             r'data-tests="([^"]*)">)(.*?)(</\2>)')
+
+
+def _one_score(page: str, row) -> str:
+    """``page`` showing one score: with ``row`` (a FinalGrade whose box the page carries), the
+    notebook heading drops nbgrader's tests-only score (the box under it holds the grade) and an
+    exercise the instructor overrode shows the override's points where the tests' were; with
+    None, the tests' scores are put back. Only the template's own marked spans are touched."""
+    import html
+    overrides = {html.escape(o.exercise): o for o in (row.overrides if row else ()) if o.exercise}
+    page = _TESTS_SCORE.sub(lambda m: m.group(1) + ("" if row else m.group(2)) + m.group(4), page)
+
+    def exercise(m):
+        o = overrides.get(m.group(3))
+        if o is None:
+            return m.group(1) + m.group(4) + m.group(6)
+        out_of = m.group(4).split("/")[-1].strip()
+        return f"{m.group(1)}{o.points:g} / {out_of} (set by your instructor){m.group(6)}"
+    return _EXERCISE_SCORE.sub(exercise, page)
+
+
 def write_grade_boxes(out, rows, titles=None) -> list:
     """Put :func:`grade_box` of each row into its feedback pages (``titles``: {lesson:
     {grade_id: title}}, for the overrides' exercise names)
@@ -351,6 +374,7 @@ def write_grade_boxes(out, rows, titles=None) -> list:
                 new = text.replace("</h4>", "</h4>" + box, 1)
             else:
                 new = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + box, text, count=1)
+            new = _one_score(new, row if box else None)
             if new != text:
                 atomic_write(page, new)
                 written.append(page)

@@ -7,6 +7,7 @@ an override and runs ``report --term`` with every way of starting a kernel made 
 import csv
 import datetime as dt
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -397,6 +398,11 @@ def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_clas
     page = (out / "feedback" / "cat_extension" / ASSIGNMENT / NOTEBOOK.replace(".ipynb", ".html")).read_text()
     assert page.count("mlexp-final-grade -->") == 2, "one box, replaced, not added"
     assert "Late work" in page and f"-{6 - expected(6, CAT_AT, shorter):g} points" in page
+    fay_page = (out / "feedback" / "fay_override" / ASSIGNMENT / NOTEBOOK.replace(".ipynb", ".html")).read_text()
+    assert re.search(r'class="mlexp-tests-score" data-tests="\(Score: [^"]*"></span></h4>', fay_page), \
+        "one score: the box's, not nbgrader's tests-only one in the heading"
+    mul = re.findall(r'data-grade-id="test_mul" data-tests="[^"]*">([^<]*)<', fay_page)
+    assert mul == ["2 / 3.0 (set by your instructor)"] * 2, mul     # the summary row and the test's panel
     eve_page = (out / "feedback" / "eve_review" / ASSIGNMENT / NOTEBOOK.replace(".ipynb", ".html")).read_text()
     assert "answers checked by hand" in eve_page and "lesson total set to 5 points" in eve_page
     report = (out / "report.html").read_text()
@@ -519,3 +525,26 @@ def test_extension_warnings_name_only_lessons_graded_in_the_folder():
     grades.append(SimpleNamespace(student="ann", assignment="04_hybrid_kv_cache"))
     assert unknown_extensions(term, grades) == ["an_typo (01_running_sum)", "bob (04_hybrid_kv_cache)"]
     assert unknown_extensions(term, []) == []
+
+
+def test_one_score_on_the_page_and_overrides_on_their_rows(tmp_path):
+    """The page as the template marks its scores: with a box, nbgrader's tests-only heading score
+    goes and an overridden exercise shows the override; without one, the tests' scores return."""
+    from autograder.feedback import write_grade_boxes
+    page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
+    page.parent.mkdir(parents=True)
+    graded = ('<html><body><h4>toy.ipynb <span class="mlexp-tests-score" data-tests="(Score: 3.0 / 6.0)">'
+              '(Score: 3.0 / 6.0)</span></h4><table>'
+              '<tr><td class="score" data-grade-id="test_add" data-tests="0.0 / 2.0">0.0 / 2.0</td></tr>'
+              '<tr><td class="score" data-grade-id="test_mul" data-tests="3.0 / 3.0">3.0 / 3.0</td></tr>'
+              '</table><span class="pull-right">Score: <span class="mlexp-points" data-grade-id="test_add" '
+              'data-tests="0.0 / 2.0">0.0 / 2.0</span></span></body></html>')
+    page.write_text(graded)
+    res = Result("ann", ASSIGNMENT, 3, 6, exercises={"test_add": 0.0, "test_mul": 3.0, "test_mean": 0.0})
+    fix = Override("ann", ASSIGNMENT, "test_add", 1.5, "right idea", "TA")
+    write_grade_boxes(tmp_path, final_grades([res], None, [fix]))
+    text = page.read_text()
+    assert "(Score: 3.0 / 6.0)</span>" not in text and "4.5</span> of 6 points" in text
+    assert text.count(">1.5 / 2.0 (set by your instructor)<") == 2 and ">3.0 / 3.0<" in text
+    write_grade_boxes(tmp_path, final_grades([res]))        # the override removed: as graded
+    assert page.read_text() == graded
