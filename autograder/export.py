@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ids
+from .lms import MOODLE_NO, moodle_header, moodle_language
 
 __all__ = ["LMS", "ExportError", "Table", "read_table", "write_table", "export_gradebook",
            "Export", "format_export", "term_for", "recorded_term", "write_feedback_zip"]
@@ -519,6 +520,10 @@ class _Moodle(_Gradebook):
             if self.index(col) is None:
                 raise ExportError(f"{table.path}: no '{col}' column; {self.how}")
 
+    def index(self, header):
+        """As _Gradebook.index, in the worksheet's language (lms.MOODLE_HEADERS)."""
+        return moodle_header(self.head, header)
+
     def normal(self, key):
         return _trailing_number(key.replace(" ", "_")) or key
 
@@ -694,7 +699,8 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
                                 "(Moodle refuses a larger grade)")
             value = points
         text = ids.spreadsheet_safe(_points_text(value, comma))
-        if lms == "moodle" and book.cell(record, "Grade can be changed").strip().lower() == "no":
+        if lms == "moodle" and book.cell(record, "Grade can be changed").strip().casefold() in (
+                "no", MOODLE_NO[moodle_language(book.head)].casefold()):
             result.notes.append(f"{sid}: the worksheet says 'Grade can be changed: No' (locked "
                                 "or overridden in the gradebook); Moodle will skip this grade")
         old = table.records[record].values

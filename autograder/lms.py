@@ -33,9 +33,70 @@ from datetime import datetime
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
 __all__ = ["LmsFile", "LAYOUTS", "DESCRIPTIONS", "match_layout", "describe_layouts",
-           "moodle_submission_times", "MOODLE_SOURCE"]
+           "moodle_submission_times", "MOODLE_SOURCE", "MOODLE_HEADERS", "moodle_language",
+           "moodle_header", "MOODLE_NO"]
 
 MOODLE_SOURCE = "Moodle worksheet 'Last modified (submission)'"
+
+# The grading worksheet's headers (mod/assign's grading table: strings recordid, fullname,
+# gradenoun, maxgrade, gradecanbechanged, lastmodifiedsubmission of Moodle's language packs,
+# 3.11 to 4.5), by their English text, in each language the grader reads. A worksheet's dates
+# are userdate()'s strftimedaydatetime in the same language: "Monday, 5 October 2026, 10:00 AM",
+# "Montag, 5. Oktober 2026, 10:00", "lundi 5 octobre 2026, 10:00", "lunes, 5 de octubre de 2026,
+# 10:00"; a spreadsheet's re-save may turn them into numbers, day first outside English.
+MOODLE_HEADERS = {
+    "Identifier": {"en": "Identifier", "de": "ID", "fr": "Identifiant", "es": "Identificador"},
+    "Full name": {"en": "Full name", "de": "Vollständiger Name", "fr": "Nom complet",
+                  "es": "Nombre completo"},
+    "Grade": {"en": "Grade", "de": "Bewertung", "fr": "Note", "es": "Calificación"},
+    "Maximum Grade": {"en": "Maximum Grade", "de": "Bestwertung", "fr": "Note maximale",
+                      "es": "Calificación máxima"},
+    "Grade can be changed": {"en": "Grade can be changed", "de": "Bewertung kann geändert werden",
+                             "fr": "La note peut être modifiée",
+                             "es": "La calificación puede ser cambiada"},
+    "Last modified (submission)": {"en": "Last modified (submission)",
+                                   "de": "Zuletzt geändert (Abgabe)",
+                                   "fr": "Dernière modification (travail remis)",
+                                   "es": "Última modificación (entrega)"},
+}
+MOODLE_NO = {"en": "No", "de": "Nein", "fr": "Non", "es": "No"}     # "Grade can be changed"
+_DATE_ORDER = {"en": "MDY", "de": "DMY", "fr": "DMY", "es": "DMY"}  # of an all-number date
+
+
+def _same(a: str, b: str) -> bool:
+    return a.strip().casefold() == b.strip().casefold()
+
+
+def moodle_language(headers) -> str:
+    """The language of a worksheet's header row: the one whose Identifier and Grade headers it
+    holds (case and surrounding spaces aside); "en" when none does."""
+    for lang in MOODLE_HEADERS["Identifier"]:
+        if all(any(_same(h, MOODLE_HEADERS[k][lang]) for h in headers) for k in ("Identifier", "Grade")):
+            return lang
+    return "en"
+
+
+def moodle_header(headers, english: str):
+    """Index in ``headers`` of the column Moodle's English calls ``english``, in the header row's
+    language (moodle_language), ignoring case and surrounding spaces; None when there is none
+    or several."""
+    want = MOODLE_HEADERS.get(english, {}).get(moodle_language(headers), english)
+    if want in headers:
+        return headers.index(want)
+    found = [i for i, h in enumerate(headers) if _same(h, want)]
+    return found[0] if len(found) == 1 else None
+
+
+def moodle_date(text: str, lang: str):
+    """A worksheet's "Last modified" cell as a naive datetime, in the worksheet's language
+    (dateparser, the language's day and month names; an all-number date day first outside
+    English); None when it cannot be read."""
+    import dateparser
+    return dateparser.parse(text, languages=[lang] if lang == "en" else [lang, "en"],
+                            settings={"DATE_ORDER": _DATE_ORDER.get(lang, "MDY"),
+                                      "PARSERS": ["absolute-time"],   # never "yesterday"
+                                      "REQUIRE_PARTS": ["day", "month", "year"],
+                                      "RETURN_AS_TIMEZONE_AWARE": False})
 
 _QUIET = logging.getLogger("autograder.lms")
 _QUIET.addHandler(logging.NullHandler())
@@ -194,34 +255,39 @@ def moodle_submission_times(path, zone) -> dict:
     """{participant id: aware datetime} from a Moodle assignment's grading worksheet (the CSV
     of "Download grading worksheet": ``Identifier`` "Participant 1001", ``Last modified
     (submission)`` "Wednesday, 1 October 2026, 11:59 PM" in the Moodle user's time zone, read
-    in ``zone`` (a tzinfo); "-" or empty: no submission, left out). The id is the number a
-    Moodle zip's student id ends with ("Ann Smith_1001"). Raises ValueError naming the file
-    and line when a column is missing or a date cannot be read; FileNotFoundError."""
+    in ``zone`` (a tzinfo); "-" or empty: no submission, left out), in any language of
+    MOODLE_HEADERS, its dates in that language. The id is the number a Moodle zip's student id
+    ends with ("Ann Smith_1001"). Raises ValueError naming the file and line when a column is
+    missing or a date cannot be read; FileNotFoundError."""
     import csv
     from pathlib import Path
 
-    from dateutil import parser as dates
     from .export import delimiter_of
     path = Path(path)
     with open(path, newline="", encoding="utf-8-sig") as f:
         delimiter = delimiter_of(f.readline())    # ',' or, re-saved in many locales, ';'
         f.seek(0)
-        reader = csv.DictReader(f, delimiter=delimiter)
-        missing = {"Identifier", "Last modified (submission)"} - set(reader.fieldnames or [])
+        reader = csv.reader(f, delimiter=delimiter)
+        head = next(reader, [])
+        lang = moodle_language(head)
+        columns = {k: moodle_header(head, k) for k in ("Identifier", "Last modified (submission)")}
+        missing = [MOODLE_HEADERS[k][lang] for k, i in columns.items() if i is None]
         if missing:
-            raise ValueError(f"{path}: no column {', '.join(sorted(missing))}; is it Moodle's "
+            raise ValueError(f"{path}: no column {', '.join(map(repr, missing))}; is it Moodle's "
                              "grading worksheet (Download grading worksheet)?")
+        ident_at, when_at = columns["Identifier"], columns["Last modified (submission)"]
         times = {}
         for row in reader:
-            ident = (row["Identifier"] or "").strip()
-            text = (row["Last modified (submission)"] or "").strip()
+            if len(row) <= max(ident_at, when_at):
+                continue
+            ident, text = row[ident_at].strip(), row[when_at].strip()
             number = ident.rsplit(" ", 1)[-1]
             if not number.isdigit() or text in ("", "-"):
                 continue
-            try:
-                when = dates.parse(text)
-            except (ValueError, OverflowError):
-                raise ValueError(f"{path} line {reader.line_num}: 'Last modified (submission)' "
+            when = moodle_date(text, lang)
+            if when is None:
+                raise ValueError(f"{path} line {reader.line_num}: "
+                                 f"{MOODLE_HEADERS['Last modified (submission)'][lang]!r} "
                                  f"{text!r} is not a date") from None
             times[number] = when if when.tzinfo else when.replace(tzinfo=zone)
     return times

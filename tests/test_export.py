@@ -613,3 +613,65 @@ def test_a_graded_lms_zip_goes_back_into_its_gradebook(tmp_path, lms_name):
     assert got[untouched[0]][untouched[1]] == untouched[2]
     with zipfile.ZipFile(z) as zf:
         assert len(zf.namelist()) == 2
+
+
+# The worksheet as Moodle writes it in each language (strings of the 3.11-4.5 language packs:
+# recordid, fullname, email, status, gradenoun, maxgrade, gradecanbechanged,
+# lastmodifiedsubmission, lastmodifiedgrade, assignfeedback_comments; dates by
+# strftimedaydatetime; a German, French or Spanish sheet re-saved with ';' and decimal commas).
+MOODLE_LANGS = {
+    "de": ('ID;Vollständiger Name;E-Mail-Adresse;Status;Bewertung;Bestwertung;Bewertung kann geändert werden;'
+           'Zuletzt geändert (Abgabe);Zuletzt geändert (Bewertung);Feedback als Kommentar\n',
+           "Teilnehmer/in", "Ja", "Nein", "Montag, 5. Oktober 2026, 10:00", "5/10/26 11:00"),
+    "fr": ('Identifiant;Nom complet;Adresse de courriel;Statut;Note;Note maximale;La note peut être modifiée;'
+           'Dernière modification (travail remis);Dernière modification (note);Feedback par commentaires\n',
+           "Participant", "Oui", "Non", "lundi 5 octobre 2026, 10:00", "5/10/2026 11:00"),
+    "es": ('Identificador;Nombre completo;Dirección de correo;Estado;Calificación;Calificación máxima;'
+           'La calificación puede ser cambiada;Última modificación (entrega);Última modificación (calificación);'
+           'Comentarios de retroalimentación\n',
+           "Participante", "Sí", "No", "lunes, 5 de octubre de 2026, 10:00", "5/10/26 11:00"),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(MOODLE_LANGS))
+def test_moodle_worksheets_in_german_french_and_spanish(tmp_path, lang):
+    """Export fills the translated Grade column scaled to the translated Maximum Grade and names
+    a locked row ('Grade can be changed' in the language's No: Moodle skips it); the submission times
+    read in the worksheet's language, an all-number date day first (5/10 is 5 October)."""
+    import datetime as dt
+
+    from autograder.lms import moodle_submission_times
+    head, who, yes, no, words, numbers = MOODLE_LANGS[lang]
+    sheet = head + (f'{who} 1001;Ann Smith;a@x.edu;-;;10,00;{yes};"{words}";-;\n'
+                    f'{who} 1002;Bo Li;b@x.edu;-;;10,00;{no};{numbers};-;\n'
+                    f'{who} 1003;Cy Ng;c@x.edu;-;;10,00;{yes};-;-;\n')
+    scores = {("Ann Smith_1001", "01_running_sum"): (3, 6), ("Bo Li_1002", "01_running_sum"): (6, 6)}
+    out, book, term, _ = lms_class(tmp_path, scores, "Grades-ML 101-01 Running sum-77.csv",
+                                   sheet.encode("utf-8"), "01 Running sum", "02 Fixed state")
+    dest = tmp_path / "upload.csv"
+    result = export_gradebook(out, "moodle", book, dest, term=term)
+    got = parse(dest.read_bytes(), "utf-8", ";")
+    assert got[1][4] == "5" and got[2][4] == "10" and got[3][4] == "", got   # 3/6 and 6/6 of 10
+    assert sorted(result.filled) == [("Ann Smith_1001", "01_running_sum"), ("Bo Li_1002", "01_running_sum")]
+    locked = [n for n in result.notes if "Grade can be changed" in n]
+    assert len(locked) == 1 and locked[0].startswith("Bo Li_1002"), result.notes
+    zone = dt.timezone(dt.timedelta(hours=2))
+    times = moodle_submission_times(book, zone)
+    assert times == {"1001": dt.datetime(2026, 10, 5, 10, 0, tzinfo=zone),
+                     "1002": dt.datetime(2026, 10, 5, 11, 0, tzinfo=zone)}
+
+
+def test_moodle_english_worksheet_dates_read_as_before(tmp_path):
+    import datetime as dt
+
+    from autograder.lms import moodle_submission_times
+    sheet = tmp_path / "w.csv"
+    sheet.write_text(MOODLE)
+    times = moodle_submission_times(sheet, dt.timezone.utc)
+    assert times["1001"] == dt.datetime(2026, 10, 5, 10, 0, tzinfo=dt.timezone.utc)
+    assert times["1004"] == dt.datetime(2026, 10, 5, 0, 0, tzinfo=dt.timezone.utc)   # 12:00 AM
+    assert "1003" not in times
+    for vague in ("yesterday", "2 days ago", "October 2026", "soon"):
+        sheet.write_text(f'Identifier,Last modified (submission)\nParticipant 1001,"{vague}"\n')
+        with pytest.raises(ValueError, match="is not a date"):
+            moodle_submission_times(sheet, dt.timezone.utc)
