@@ -242,7 +242,13 @@ def _save_and_read(page, lab, rel: str):
     while path.stat().st_mtime_ns == before and time.monotonic() < deadline:
         time.sleep(0.3)
     assert path.stat().st_mtime_ns != before, "the notebook was not saved"
-    return nbformat.read(path, as_version=4)
+    while True:   # the save may still be writing the file when its time changes
+        try:
+            return nbformat.read(path, as_version=4)
+        except ValueError:   # nbformat.reader.NotJSONError, as JSON cut short reads
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
 
 
 def _check_ran_without_errors(lesson_id: str, state: dict, nb):

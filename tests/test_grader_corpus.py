@@ -378,8 +378,12 @@ def test_kill_mid_batch_loses_nothing_and_rerun_completes(course, tmp_path, sig)
     cls, out = _write_small_class(course, tmp_path / "cls"), tmp_path / "out"
     args = ["--course", course, "grade", cls, "--out", out, "-j", "1", "--timeout", "20",
             "--no-progress"]
+    # Ctrl-C as a terminal sends it: with SIGINT's default action restored in the child, since a
+    # test run started in the background by a non-interactive shell hands its children SIGINT
+    # ignored (and Python then never turns it into KeyboardInterrupt)
     proc = subprocess.Popen([sys.executable, "-m", "autograder", *map(str, args)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 600
     while not list((out / "results").glob(f"{ASSIGNMENT}/*.json")) and time.time() < deadline:
         assert proc.poll() is None, "the batch ended before it could be killed"
