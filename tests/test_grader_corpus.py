@@ -378,19 +378,27 @@ def test_kill_mid_batch_loses_nothing_and_rerun_completes(course, tmp_path, sig)
     cls, out = _write_small_class(course, tmp_path / "cls"), tmp_path / "out"
     args = ["--course", course, "grade", cls, "--out", out, "-j", "1", "--timeout", "20",
             "--no-progress"]
-    # Ctrl-C as a terminal sends it: with SIGINT's default action restored in the child, since a
-    # test run started in the background by a non-interactive shell hands its children SIGINT
-    # ignored (and Python then never turns it into KeyboardInterrupt)
-    proc = subprocess.Popen([sys.executable, "-m", "autograder", *map(str, args)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.time() + 600
-    while not list((out / "results").glob(f"{ASSIGNMENT}/*.json")) and time.time() < deadline:
-        assert proc.poll() is None, "the batch ended before it could be killed"
-        time.sleep(0.2)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
-    first = {p.name: p.read_text() for p in (out / "results" / ASSIGNMENT).glob("*.json")}
+    # Ctrl-C as a terminal sends it: SIGINT's default action restored in the child, so that a
+    # test run whose parent ignores SIGINT (a background job of a non-interactive shell) still
+    # tests the grader's own handling. One CI run (2026-12-03, loaded) saw all four graded
+    # before the signal took effect, cause not found: such a run is tried once more.
+    for attempt in (1, 2):
+        if attempt == 2:
+            shutil.rmtree(out)
+        proc = subprocess.Popen([sys.executable, "-m", "autograder", *map(str, args)], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.time() + 600
+        while not list((out / "results").glob(f"{ASSIGNMENT}/*.json")) and time.time() < deadline:
+            assert proc.poll() is None, "the batch ended before it could be killed"
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        first = {p.name: p.read_text() for p in (out / "results" / ASSIGNMENT).glob("*.json")}
+        if len(first) < 4:
+            break
+        print(f"attempt {attempt}: all four graded before the signal took effect "
+              f"(exit {proc.returncode}): {err[-500:]}")
     assert 1 <= len(first) < 4
     listed = {f"{student}.json" for student, _ in rows(out)}
     assert listed <= set(first), "grades.csv holds only committed grades"
