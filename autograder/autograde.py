@@ -144,9 +144,10 @@ class Grader:
         report = Report.read(report_file)
         if res.status == "graded":
             res.status = status_of(report, job.review, self.options)
-        if job.page_missing and res.status == "graded":
+        if job.page_missing and res.status == "graded":   # the status says it, else a note does
             res.status = f"{GRADED}: no feedback page ({job.page_missing})"
-            res.notes.remove("feedback failed: " + job.page_missing)   # the status says it
+        elif job.page_missing:
+            res.notes.append("feedback failed: " + job.page_missing)
         if report.retry:   # the harness failed, not the student: grade it again next run
             res.retry = True
         res.notes += [n for n in report.notes if n not in res.notes]
@@ -201,5 +202,4 @@ class Grader:
         if not fb["success"] or unwritten:
             job.page_missing = (f"{', '.join(unwritten) or 'a notebook'}: "
                                 f"{reason_of(fb.get('error')) if not fb['success'] else 'nbconvert wrote none'}")
-            res.notes.append("feedback failed: " + job.page_missing)
             res.retry = True   # the grader's fault, not the student's: written again next run

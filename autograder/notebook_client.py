@@ -101,8 +101,9 @@ class HarnessClient(NotebookClient):
                 view = output.get("data", {}).get(WIDGET_VIEW)
                 if isinstance(view, dict):
                     text = widget_text(self.widget_state, str(view.get("model_id", "")))
-                    if text is not None:
-                        output["data"]["text/plain"] = text[:2000]
+                    if text is not None:   # no longer than the capped text it replaces, or 200
+                        before = str(output["data"].get("text/plain", ""))
+                        output["data"]["text/plain"] = text[:max(200, len(before))]
 
     def _record_reply(self, execute_reply=None, **_):
         self.last_reply = execute_reply

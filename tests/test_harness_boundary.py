@@ -267,3 +267,16 @@ def test_widget_text_draws_what_it_can_and_declines_the_rest():
     assert widget_text(states, "box") is None, "a box with a part it cannot draw keeps its text"
     states["loop"] = {"_model_name": "VBoxModel", "children": ["IPY_MODEL_loop"]}
     assert widget_text(states, "loop") is None
+
+
+def test_a_widget_view_text_grows_no_longer_than_its_capped_text():
+    """The text written in for a widget view is cut to the text it replaces (or 200 characters),
+    so views whose widgets hold long labels cannot carry output past the caps."""
+    from autograder.notebook_client import WIDGET_VIEW, HarnessClient
+    view = nbformat.v4.new_output("display_data", data={"text/plain": "0/5",
+                                                         WIDGET_VIEW: {"model_id": "m"}})
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[view])])
+    client = HarnessClient(nb, GradingOptions())
+    client.widget_state = {"m": {"_model_name": "LabelModel", "value": "x" * 100_000}}
+    client.settle_widget_text(nb)
+    assert nb.cells[0].outputs[0]["data"]["text/plain"] == "x" * 200
