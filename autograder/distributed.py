@@ -252,6 +252,11 @@ def _pack(folder) -> list:
     return files
 
 
+# distributed's client-side loggers that print a lost scheduler as tracebacks (client: each failed
+# reconnection; batched: the background send that found the connection closed; core, comm: the RPCs)
+QUIET_LOGGERS = ("distributed.client", "distributed.batched", "distributed.core", "distributed.comm")
+
+
 class DaskExecutor:
     """The grading process's side: connects to the scheduler, checks the workers present, and
     runs one submission per call on the cluster (the executor of an
@@ -270,8 +275,10 @@ class DaskExecutor:
                                "(dask.distributed)") from None
         self.address, self.options = address, options
         self.expected = environment()
-        # the client's own log would print each failed reconnection as a traceback
-        logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+        # the client's own logs would print each failed reconnection, and the send that found the
+        # scheduler gone, as a traceback: the loss is reported once, by ClusterError
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
             self.client = Client(address, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError) as exc:
