@@ -34,6 +34,7 @@ import socket
 import sys
 import tempfile
 import uuid
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
@@ -220,6 +221,8 @@ def run_remote(payload: dict) -> dict:
                                        "(killed, or out of memory); it was not run again")
         return out
     nb = nbformat.reads(job.notebook, as_version=4)
+    if not options.kernel_threads:   # this worker's cores, shared by the submissions it runs at once
+        options = replace(options, kernel_threads=jail.shared_threads(worker.state.nthreads))
     harnesses = _plugin_state(worker, "harnesses", sandbox.Harnesses)
     with tempfile.TemporaryDirectory(prefix="autograder-data-") as tmp:
         _write_files(Path(tmp), job.files)

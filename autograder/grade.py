@@ -22,7 +22,7 @@ import nbformat
 from sqlalchemy.exc import SAWarning
 from tqdm.auto import tqdm
 
-from . import ids, sandbox
+from . import ids, jail, sandbox
 from .autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
 from .cells import grade_id_of, is_graded, nbgrader_meta
 from .collect import DEFAULT_MAX_BYTES, choose_notebook, collect
@@ -160,7 +160,9 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     nbgrader's course folder ``out/work`` (the gradebook ``out/work/gradebook.db`` unless
     ``db_url`` names another, e.g. PostgreSQL). Results already in the journal for the same
     bytes are reused unless ``force``; an interrupted run resumes. ``options`` (GradingOptions)
-    sets the time, memory and output limits; ``jobs`` students are graded at once (default 1).
+    sets the time, memory and output limits; ``jobs`` students are graded at once (default 1),
+    each kernel with this machine's cores divided by ``jobs`` as its torch/OpenMP threads unless
+    ``options.kernel_threads`` is set.
     ``scheduler`` (a Dask scheduler address) runs each submission on that cluster's workers
     (autograder.distributed; ``jobs`` then defaults to twice its worker threads) and writes
     each worker's isolation notes to ``out/isolation.txt``. ``term`` (autograder.term.Term)
@@ -176,6 +178,8 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     """
     root, out = Path(root).resolve(), Path(out).resolve()   # nbgrader chdirs while it works
     options = options or GradingOptions()
+    if not scheduler and not options.kernel_threads:   # this machine's cores, shared by the jobs
+        options = replace(options, kernel_threads=jail.shared_threads(jobs))
     if not scheduler:   # on a cluster each worker checks its own sandbox
         sandbox.check_sandbox(options)
     submissions = DEMO_SUBMISSIONS if submissions is None else Path(submissions).resolve()

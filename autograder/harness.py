@@ -127,7 +127,8 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                                               mode=mode)
         cwd = job_dir
     else:
-        env = {**os.environ, "NBGRADER_EXECUTION": mode, "MPLBACKEND": jail.INLINE_BACKEND}
+        env = {**os.environ, "NBGRADER_EXECUTION": mode, "MPLBACKEND": jail.INLINE_BACKEND,
+               **jail.thread_env(options)}
         cwd = cwd or job_dir
     client = HarnessClient(nb, options, km=km)
     link = KernelLink(client)

@@ -291,3 +291,29 @@ def test_a_widget_view_text_grows_no_longer_than_its_capped_text():
     client.widget_state = {"m": {"_model_name": "LabelModel", "value": "x" * 100_000}}
     client.settle_widget_text(nb)
     assert nb.cells[0].outputs[0]["data"]["text/plain"] == "x" * 200
+
+
+def test_kernels_graded_side_by_side_share_the_cores():
+    from autograder.jail import shared_threads
+    assert [shared_threads(j, 16) for j in (1, 2, 3, 16, 40)] == [16, 8, 5, 1, 1]
+    assert shared_threads(0, 2) == shared_threads(None, 2) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandboxed", [True, False])
+def test_the_kernel_runs_torch_on_its_share_of_threads(tmp_path, sandboxed):
+    """--kernel-threads (grade_class sets it from -j) reaches torch in the kernel, sandboxed or
+    not (1 here: torch's default is the cores, and it never starts more threads than cores)."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, torch\nprint(torch.get_num_threads(), os.environ['OMP_NUM_THREADS'])")])
+    options = GradingOptions(cell_timeout=60, kernel_threads=1)
+    if sandboxed:
+        executed, report = run_submission(nb, tmp_path, options)
+    else:
+        from autograder.harness import run_notebook
+        (tmp_path / "job").mkdir()
+        executed, report = run_notebook(nb, options=options, job_dir=tmp_path / "job",
+                                        sandbox=False, cwd=tmp_path)
+    assert not report["kernel"], report
+    [out] = [o for o in executed.cells[0].outputs if o.get("output_type") == "stream"]
+    assert out["text"].split() == ["1", "1"], out
