@@ -144,8 +144,8 @@ class HarnessClient(NotebookClient):
             return
         targets = [(c, i) for c, idxs in self._display_id_map.get(display_id, {}).items()
                    for i in idxs if c < len(self.nb.cells) and i < len(self.nb.cells[c].outputs)]
-        new = _data_size(msg.get("content", {}).get("data", {}))
-        growth = sum(new - _data_size(self.nb.cells[c].outputs[i].get("data", {})) for c, i in targets)
+        new = _data_size(msg.get("content", {}))
+        growth = sum(new - _data_size(self.nb.cells[c].outputs[i]) for c, i in targets)
         if growth > max(0, min(self.cell_left, self.notebook_left)):
             self.dropped += growth
             return
@@ -266,17 +266,25 @@ def widget_text(states: dict, model_id: str, depth: int = 0):
 
 
 def _output_size(msg) -> int:
+    """Characters of everything an output message keeps in the notebook, as the caps count them:
+    a stream's text; an error's name, value and traceback; a display's data and its metadata
+    (a display of one character can carry megabytes of metadata)."""
     content = msg.get("content", {})
     if msg["msg_type"] == "stream":
         return len(str(content.get("text", "")))
     if msg["msg_type"] == "error":
-        return sum(len(str(x)) for x in content.get("traceback", [])) + len(str(content.get("evalue", "")))
-    return _data_size(content.get("data", {}))
+        return (sum(len(str(x)) for x in content.get("traceback", []))
+                + len(str(content.get("ename", ""))) + len(str(content.get("evalue", ""))))
+    return _data_size(content)
 
 
-def _data_size(data) -> int:
-    """Characters of a display's data bundle, as the caps count them."""
-    return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values())
+def _data_size(bundle) -> int:
+    """Characters of a display's data and metadata (``bundle``: a message's content or an
+    output), as the caps count them."""
+    def size(v):
+        return len(v) if isinstance(v, str) else len(json.dumps(v, default=str))
+    return (sum(size(v) for v in (bundle.get("data") or {}).values())
+            + (size(bundle["metadata"]) if bundle.get("metadata") else 0))
 
 
 def _timeout_text(options, limit, what="this cell") -> str:

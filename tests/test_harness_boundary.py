@@ -167,6 +167,31 @@ def test_display_updates_pass_the_output_caps(tmp_path):
     assert executed.cells[2].outputs[0]["data"]["text/plain"] == "w" * 1000   # small ones still apply
 
 
+# A display's metadata is kept in the notebook too, so the caps count it: 48 one-character displays
+# with 1 MiB of metadata each (and an update that grows one display's metadata) stay within the caps.
+METADATA_DISPLAYS = ("from IPython.display import display, update_display\n"
+                     "for i in range(48):\n"
+                     "    display({'text/plain': 'x'}, metadata={'m': 'm' * 2**20}, raw=True)\n")
+METADATA_UPDATE = ("display({'text/plain': 'a'}, raw=True, display_id='d')\n"
+                   "update_display({'text/plain': 'a'}, metadata={'m': 'u' * 2**20}, raw=True, display_id='d')\n")
+
+
+@pytest.mark.slow
+def test_display_metadata_counts_against_the_output_caps(tmp_path):
+    from autograder.harness import run_notebook
+    cells = [nbformat.v4.new_code_cell(METADATA_DISPLAYS),
+             nbformat.v4.new_code_cell("from IPython.display import display, update_display\n" + METADATA_UPDATE)]
+    (tmp_path / "job").mkdir()
+    executed, report = run_notebook(nbformat.v4.new_notebook(cells=cells), job_dir=tmp_path / "job",
+                                    options=GradingOptions(cell_timeout=60, cell_output_kb=64, notebook_output_kb=256),
+                                    sandbox=False, cwd=tmp_path)
+    assert not report["kernel"], report
+    size = len(nbformat.writes(executed))
+    assert size < 300_000, size                       # uncapped: 48 MiB of metadata, then 1 MiB more
+    assert "output capped" in str(executed.cells[0].outputs) and "output capped" in str(executed.cells[1].outputs)
+    assert executed.cells[1].outputs[0]["data"]["text/plain"] == "a"   # the display stands, its update dropped
+
+
 # Items 3 and 8: only the size-capped tmpfs are writable, and no nested user namespace.
 WRITES = """import ctypes, os
 result = {}
