@@ -116,8 +116,9 @@ class Report:
             reasons.append(f"{self.kernel} (killed, or over a memory or process limit)")
         if self.tampered:
             shown = ", ".join(self.tampered[:5]) + (" ..." if len(self.tampered) > 5 else "")
-            reasons.append(f"the notebook's code changed {shown} (tests ran outside the notebook, "
-                           "so the score does not depend on it)")
+            reasons.append(f"the notebook's code changed {shown} (the tests ran outside the notebook, "
+                           "but an exercise rule's verdict, such as a library op forbidden, is watched "
+                           "inside it: check the points those rules guard)")
         return reasons
 
     @classmethod

@@ -904,10 +904,12 @@ CASES += [
             "    return abs(1.0 - beta)")], "ignored the length of k"),
     _case(L03, "test_key_norm", "key_norm", "|k| for |k|^2", [(GROWTH, "along_k = 1.0 - beta * float(k.norm())")],
           "used |k| where |k|^2 belongs"),
-    replace(_case(L03, "test_key_norm", "key_norm", "answer a", [('why_normalise = "b"', 'why_normalise = "a"')], "(a) is false"),
-            hidden_only=True),   # the letter is judged by the hidden part only
-    replace(_case(L03, "test_key_norm", "key_norm", "answer c", [('why_normalise = "b"', 'why_normalise = "c"')], "(c) is false"),
-            hidden_only=True),   # the letter is judged by the hidden part only
+    replace(_case(L03, "test_key_norm", "key_norm", "answer a", [('why_normalise = "b"', 'why_normalise = "a"')],
+                  "why_normalise names a statement that is false. Work out"),
+            hidden_only=True),   # the letter is judged by the hidden part only, one hint for any wrong one
+    replace(_case(L03, "test_key_norm", "key_norm", "answer c", [('why_normalise = "b"', 'why_normalise = "c"')],
+                  "why_normalise names a statement that is false. Work out"),
+            hidden_only=True),   # the letter is judged by the hidden part only, one hint for any wrong one
     _case(L03, "test_read_backs", "read_backs", "decay on the new write",
           [(READS["decay"], "S_decay = 0.5 * (S1 + torch.outer(k2, v2))")], "decays the new write too"),
     _case(L03, "test_read_backs", "read_backs", "no decay", [(READS["decay"], "S_decay = S1 + torch.outer(k2, v2)")],
