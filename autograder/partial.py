@@ -12,7 +12,9 @@ be a score:
   argument, functions whose body uses one, exception objects). A student value deciding an
   ``if`` or an ``assert`` is how a test is meant to work and is not data flow: ``score += 1``
   under ``if close(f(1), 1):`` is the test's own number, and so is a comparison's result
-  (``sum([f(1) == 1, f(2) == 4])``: bools the harness computed). A test that uses ``globals``, ``exec``
+  (``sum([f(1) == 1, f(2) == 4])``: bools the harness computed). A loop whose number of turns a
+  student value decides (``for x in student_list``, ``while f(i) < 10``) is different: every name
+  its body assigns may count those turns, and counts as the student's. A test that uses ``globals``, ``exec``
   and the like could move a value in ways the source does not show: then every name counts as
   the student's. Asking whether a name exists (``"add" in globals()``, as every test cell of
   the course does) moves nothing and does not count.
@@ -84,6 +86,14 @@ def _defined(tree) -> set:
     return out
 
 
+def _stored(nodes) -> set:
+    """Every name ``nodes`` (statements) assign, augment or delete: in a loop whose number of
+    turns the student's values decide, each such name may count those turns (``score += 1``
+    once per item of the student's list)."""
+    return {n.id for root in nodes for n in ast.walk(root)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
 def free_names(tree) -> set:
     """Names the test uses but neither defines nor finds among the built-ins: the student's."""
     return {n for n in _names(tree) if n not in _defined(tree) and not hasattr(builtins, n)}
@@ -149,6 +159,11 @@ def student_derived(tree, outside=()) -> set:
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
                 if _flow(node.iter) & tainted:
                     new |= _names(node.target)
+                    if not isinstance(node, ast.comprehension):   # the student sets the count
+                        new |= _stored(node.body + node.orelse)
+            elif isinstance(node, ast.While):   # a comparison too: it decides how often the body runs
+                if _names(node.test) & tainted:
+                    new |= _stored(node.body + node.orelse)
             elif isinstance(node, ast.withitem):
                 if node.optional_vars is not None and _flow(node.context_expr) & tainted:
                     new |= _names(node.optional_vars)

@@ -45,6 +45,11 @@ def _derived(src):
     "q = globals().get('half')(1)\nq",
     "assert 'half' in globals()\nvars()['half'](2)",
     "exec('s = half(1)')\ns",
+    # the number of turns of a loop, decided by the student: the loop body's names count it
+    "score = 0\nfor _ in half([1, 2]):\n    score += 1\nscore",
+    "score = 0\nfor i in range(len(half([1]))):\n    score += 0.5\nscore",
+    "score = 0\ni = 0\nwhile half(i) < 10:\n    i += 1\n    score += 1\nmin(score, 2)",
+    "n = 0\nfor x in half([1]):\n    if x == 1:\n        n = n + 1\nelse:\n    done = n\ndone",
 ])
 def test_a_score_carrying_a_student_value_is_refused(src):
     assert last_expression_problems(src), src
@@ -58,7 +63,11 @@ EXISTS = "assert \"half\" in globals(), \"define half first\"\n"   # as the cour
 
 @pytest.mark.parametrize("src", [TWO_CHECKS, OVER, "ok = [half(2) == 1, not half(3)]\nsum(ok)",
                                  "print(half(2))", "assert half(2) == 1", EXISTS + TWO_CHECKS,
-                                 "if 'half' not in locals():\n    raise NameError('half')\n" + OVER])
+                                 "if 'half' not in locals():\n    raise NameError('half')\n" + OVER,
+                                 # the test's own loop over its own cases: the count is the test's
+                                 "score = 0\nfor x in (2, 4):\n    if half(x) == x / 2:\n        score += 1\nscore",
+                                 "score = 0\nfor x in (2, 4):\n    if half(x) != x / 2:\n        break\n"
+                                 "    score += 1\nscore"])
 def test_a_score_made_by_the_tests_own_checks_is_allowed(src):
     assert last_expression_problems(src) == []
     last = ast.parse(src).body[-1]
