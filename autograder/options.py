@@ -45,13 +45,13 @@ class GradingOptions:
     max_size_mb: float = _opt(20, "largest notebook accepted, in MiB; a larger one is rejected "
                                   "(a lesson with its outputs is well under 5 MiB)", "MIB",
                               "--max-size", repr=False)
+    # (not in the repr: the size is checked when a submission is read, before it runs, so it
+    # is no setting of a run and a changed limit does not make grade re-run graded notebooks)
     kernel_threads: int = _opt(0, "torch and OpenMP threads of each student's kernel (0: this "
                                   "machine's cores shared among the submissions graded at once)",
                                "N", repr=False)
-    # (not in the repr, like max_size_mb below: the threads change how fast a notebook runs, not
+    # (not in the repr, like max_size_mb above: the threads change how fast a notebook runs, not
     # what it computes within the tests' tolerances, so a changed count re-runs nothing)
-    # (not in the repr: the size is checked when a submission is read, before it runs, so it
-    # is no setting of a run and a changed limit does not make grade re-run graded notebooks)
     unsandboxed: bool = _opt(False, "run student code without the OS sandbox where bubblewrap "
                                     "cannot run: students' code can then read and change "
                                     "anything this user can", None, UNSANDBOXED_FLAG)
