@@ -382,6 +382,7 @@ class Export:
     out: Path
     columns: dict = field(default_factory=dict)       # lesson -> Column
     filled: dict = field(default_factory=dict)        # (student id, lesson) -> text written
+    scale: dict = field(default_factory=dict)         # (student id, lesson) -> its points possible, as text
     changed: int = 0
     kept: list = field(default_factory=list)          # gradebook students with no grade
     unmatched_students: list = field(default_factory=list)   # grades.csv ids with no row
@@ -716,6 +717,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
             continue
         changes[(record, col.index)] = text
         result.filled[(sid, row["assignment"])] = text
+        result.scale[(sid, row["assignment"])] = _points_text(points, comma)
         graded_rows.add(record)
         if _number(old[col.index]) != _number(text):
             result.changed += 1
@@ -740,7 +742,10 @@ def _feedback_page(out_dir: Path, student: str, lesson: str):
 
 def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
     """Write the feedback pages of every filled cell into the zip at ``path``, as the LMS takes
-    them back (module docstring); returns the names written. A missing page becomes a note."""
+    them back (module docstring), each headed by the grade as written into its gradebook cell, on
+    that column's scale (:func:`autograder.feedback.gradebook_page`; the pages in DIR keep the
+    lesson's points); returns the names written. A missing page becomes a note."""
+    from .feedback import gradebook_page
     names = []
     tmp = Path(path).with_name(f".{Path(path).name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -755,7 +760,10 @@ def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
             else:
                 who = ids.folder_name(f"{result.rows[sid][1]} ({sid})")
                 name = f"{lesson}/{who}.html"
-            zf.write(page, name)
+            # the page says the grade as the gradebook shows it, on the column's scale
+            text = gradebook_page(page.read_text(encoding="utf-8"), lesson,
+                                  result.filled[(sid, lesson)], result.scale[(sid, lesson)], lms)
+            zf.writestr(name, text)
             names.append(name)
     os.replace(tmp, path)
     return names

@@ -348,6 +348,36 @@ def _one_score(page: str, row) -> str:
     return _EXERCISE_SCORE.sub(exercise, page)
 
 
+_HEADLINE = re.compile(r"<strong>Your grade for .*?</strong>", re.DOTALL)
+
+
+def gradebook_page(page: str, lesson: str, grade: str, points: str, lms: str) -> str:
+    """``page`` (a feedback page's HTML) as the gradebook shows its grade: the headline of the
+    grade box says ``grade`` of ``points`` (the LMS column's scale, the text export wrote into the
+    gradebook) and the lesson's own points under it; a page without a box gets one holding just
+    that. nbgrader's tests-only heading score goes either way, so the page shows one grade, the
+    one the student sees in the LMS. ``points``: the column's points possible, written as the
+    grade is (a decimal comma where the gradebook has one). ``lms``: canvas, moodle or blackboard."""
+    import html
+    e = html.escape
+    where = {"canvas": "Canvas", "moodle": "Moodle", "blackboard": "Blackboard"}.get(lms, lms)
+    headline = (f"<strong>Your grade for {e(lesson)} in {e(where)}: <span class='lms-score'>"
+                f"{e(grade)}</span> of {e(points)}</strong>")
+    found = _HEADLINE.search(page) if GRADE_BOX_START in page else None
+    if found:
+        said, start = found.group(0), found.group(0).find("<span class='final-score'>")
+        new = headline if start < 0 else (          # < 0: a page this made already
+            f"{headline}<p class='lesson-points'>In lesson points: "
+            f"{said[start:].removesuffix('</strong>')}</p>")
+        return page[:found.start()] + new + page[found.end():]
+    box = (f"{GRADE_BOX_START}<div class='mlexp-final' id='mlexp-final'>{headline}"
+           f"</div>{GRADE_BOX_END}")
+    page = _TESTS_SCORE.sub(lambda m: m.group(1) + m.group(4), page)
+    if "</h4>" in page:
+        return page.replace("</h4>", "</h4>" + box, 1)
+    return re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + box, page, count=1)
+
+
 def write_grade_boxes(out, rows, titles=None) -> list:
     """Put :func:`grade_box` of each row into its feedback pages (``titles``: {lesson:
     {grade_id: title}}, for the overrides' exercise names)

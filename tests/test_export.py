@@ -17,6 +17,7 @@ import pytest
 from autograder import lms
 from autograder.cli import main
 from autograder.export import ExportError, export_gradebook, format_export, read_table, term_for
+from autograder.feedback import _GRADE_BOX
 from autograder.grade import Result, write_csv
 from autograder.ids import FORMULA_PREFIXES, folder_name
 
@@ -237,7 +238,15 @@ def test_canvas_feedback_zip_one_page_per_student_per_lesson(canvas, tmp_path):
         for name in names:
             lesson, rest = name.split("/")
             student = rest.rsplit("(", 1)[1][:-len(").html")]
-            assert zf.read(name) == (out / "feedback" / student / lesson / f"{lesson}.html").read_bytes()
+            page = (out / "feedback" / student / lesson / f"{lesson}.html").read_text()
+            sent = zf.read(name).decode()
+            # headed by the grade as the gradebook shows it: the cell's text, of the column's points
+            score, mx = scores[(student, lesson)]
+            points = {"01_running_sum": 10, "02_fixed_state_recall": 20}[lesson]
+            cell = result.filled[(student, lesson)]
+            assert float(cell) == pytest.approx(score / mx * points, abs=0.005)
+            assert f"in Canvas: <span class='lms-score'>{cell}</span> of {points}</strong>" in sent
+            assert _GRADE_BOX.sub("", sent) == page, "the rest of the page as graded"
 
 
 def test_not_a_canvas_gradebook_or_grades_is_a_clear_error(canvas, tmp_path, capsys):
@@ -465,8 +474,10 @@ def test_moodle_feedback_zip_has_its_download_folders(moodle, tmp_path):
             # Moodle's importer: fullname_participantid_plugintype_pluginname_ per path part
             full, pid, ptype, pname, _ = name.split("/")[0].split("_", 4)
             assert pid.isdigit() and (ptype, pname) == ("assignsubmission", "file")
-            assert zf.read(name) == (out / "feedback" / f"{full}_{pid}" / "01_running_sum" /
-                                     "01_running_sum.html").read_bytes()
+            page = (out / "feedback" / f"{full}_{pid}" / "01_running_sum" / "01_running_sum.html").read_text()
+            sent = zf.read(name).decode()
+            assert "Your grade for 01_running_sum in Moodle: <span class='lms-score'>" in sent
+            assert _GRADE_BOX.sub("", sent) == page
     # and the names read back as the same students, the way collect reads a Moodle zip
     layout, files, _ = lms.match_layout([n.replace(".html", ".ipynb") for n in names])
     assert layout == "Moodle" and sorted(f.student for f in files) == [

@@ -548,3 +548,29 @@ def test_one_score_on_the_page_and_overrides_on_their_rows(tmp_path):
     assert text.count(">1.5 / 2.0 (set by your instructor)<") == 2 and ">3.0 / 3.0<" in text
     write_grade_boxes(tmp_path, final_grades([res]))        # the override removed: as graded
     assert page.read_text() == graded
+
+
+def test_the_page_sent_to_the_lms_heads_with_the_gradebooks_grade(tmp_path):
+    """The feedback zip's page says the grade the gradebook cell holds, on that column's scale, at
+    the top; the lesson's points and the box's other lines stay under it; with no box, one is
+    made and nbgrader's tests-only heading score goes, so the page shows one grade."""
+    from autograder.feedback import GRADE_BOX_START, gradebook_page, write_grade_boxes
+    page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
+    page.parent.mkdir(parents=True)
+    graded = ('<html><body><h4>toy.ipynb <span class="mlexp-tests-score" data-tests="(Score: 3.0 / 6.0)">'
+              '(Score: 3.0 / 6.0)</span></h4><p>cells</p></body></html>')
+    page.write_text(graded)
+    bare = gradebook_page(graded, ASSIGNMENT, "5", "10", "canvas")
+    assert "(Score: 3.0 / 6.0)</span>" not in bare and bare.count(GRADE_BOX_START) == 1
+    assert "Your grade for toy in Canvas: <span class='lms-score'>5</span> of 10</strong>" in bare
+    assert bare.index("</h4>") < bare.index(GRADE_BOX_START) < bare.index("<p>cells")
+    res = Result("ann", ASSIGNMENT, 3, 6, exercises={"test_add": 0.0, "test_mul": 3.0, "test_mean": 0.0})
+    write_grade_boxes(tmp_path, final_grades([res], None, [Override("ann", ASSIGNMENT, "test_add", 1.5, "ok")]))
+    boxed = page.read_text()
+    sent = gradebook_page(boxed, ASSIGNMENT, "7,5", "10", "moodle")
+    assert sent.count(GRADE_BOX_START) == 1 and "Changed by your instructor" in sent
+    assert "in Moodle: <span class='lms-score'>7,5</span> of 10</strong>" in sent
+    assert "In lesson points: <span class='final-score'>4.5</span> of 6 points" in sent
+    assert sent.index("lms-score") < sent.index("final-score") < sent.index("Changed by")
+    assert gradebook_page(sent.replace("<h4>", "<h5>").replace("</h4>", "</h5>"), ASSIGNMENT,
+                          "1", "2", "blackboard").count("<strong>Your grade") == 1
