@@ -47,6 +47,7 @@ def nbgrader_config(work, root, options: GradingOptions, db_url, run):
     config.SandboxedExecute.options = options.as_dict()
     config.SandboxedExecute.course_root = str(root)
     config.SandboxedExecute.report_dir = str(work / "reports")
+    config.SandboxedExecute.release_dir = str(work / "release")
     config.SandboxedExecute.run = run
     return config
 

@@ -21,7 +21,7 @@ from .config import work_config
 from .journal import atomic_write, digest
 from .repair import release_cells
 
-__all__ = ["update_releases", "release_history", "git_releases"]
+__all__ = ["update_releases", "release_history", "git_releases", "git_versions"]
 
 
 def history_path(work: Path, assignment: str) -> Path:
@@ -37,11 +37,10 @@ def release_history(work: Path, assignment: str) -> list:
     return history if isinstance(history, list) else []
 
 
-def git_releases(root: Path, assignment: str, name: str, limit: int = 30) -> list:
-    """The released notebook ``lessons/<assignment>/<name>`` as each of its last ``limit``
-    commits held it, oldest first, each as repair.release_cells: what students downloaded
-    before this DIR existed. [] when the course is not a git checkout (or git is missing)."""
-    rel = f"lessons/{assignment}/{name}"
+def git_versions(root: Path, rel: str, limit: int = 30) -> list:
+    """The notebook at ``rel`` (a path in the course) as each of its last ``limit`` commits held
+    it, oldest first, as nbformat notebooks. [] when the course is not a git checkout (or git
+    is missing); a commit where the file was deleted or is not a notebook is skipped."""
 
     def git(*args):
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60,
@@ -53,11 +52,17 @@ def git_releases(root: Path, assignment: str, name: str, limit: int = 30) -> lis
     found = []
     for rev in reversed(revs):
         try:
-            found.append(release_cells(nbformat.reads(git("show", f"{rev}:{rel}").decode(),
-                                                      as_version=4)))
+            found.append(nbformat.reads(git("show", f"{rev}:{rel}").decode(), as_version=4))
         except Exception:   # noqa: BLE001 (a commit where the file was deleted or not JSON)
             continue
     return found
+
+
+def git_releases(root: Path, assignment: str, name: str, limit: int = 30) -> list:
+    """The released notebook ``lessons/<assignment>/<name>`` as each of its last ``limit``
+    commits held it, oldest first, each as repair.release_cells: what students downloaded
+    before this DIR existed. [] when the course is not a git checkout (or git is missing)."""
+    return [release_cells(nb) for nb in git_versions(root, f"lessons/{assignment}/{name}", limit)]
 
 
 def record_release(work: Path, assignment: str) -> None:

@@ -304,18 +304,44 @@ class SandboxedExecute(NbGraderPreprocessor):
     options = Dict(help="GradingOptions fields").tag(config=True)
     course_root = Unicode("", help="course root (never mounted into the sandbox)").tag(config=True)
     report_dir = Unicode("", help="folder for the per-submission reports").tag(config=True)
+    release_dir = Unicode("", help="the grading folder's releases (work/release)").tag(config=True)
     run = Any(None, help="the GradingRun (executor and gradebook lock)").tag(config=True)
 
+    def lesson_code(self, assignment: str, notebook: str) -> list:
+        """The sources of the lesson's own code cells (not test cells) of ``notebook``: in its
+        release in this grading folder and in every version of ``lessons/`` the course's git
+        history holds (a notebook handed in against an earlier release), read once per run."""
+        cache = self.__dict__.setdefault("_lesson_code", {})
+        if (assignment, notebook) not in cache:
+            from .cells import is_test_cell
+            from .releases import git_versions
+            name = f"{notebook}.ipynb"
+            versions = []
+            if self.release_dir and (Path(self.release_dir) / assignment / name).is_file():
+                versions.append(nbformat.read(Path(self.release_dir) / assignment / name, as_version=4))
+            if self.course_root:
+                versions += git_versions(Path(self.course_root), f"lessons/{assignment}/{name}")
+            cache[(assignment, notebook)] = list(dict.fromkeys(
+                c.source for v in versions for c in v.cells
+                if c.cell_type == "code" and not is_test_cell(c)))
+        return cache[(assignment, notebook)]
+
     def preprocess(self, nb, resources):
+        from .audit import apply_audit, audit_notebook
         options = GradingOptions(**self.options)
         data_dir = Path(resources.get("metadata", {}).get("path") or ".")
         original = nbformat.from_dict(json.loads(json.dumps(nb)))
         info = resources.get("nbgrader", {})
+        # The student's source is read here, before it runs and where nothing of it runs
+        # (autograder.audit): what it shows about the exercise rules outranks the kernel's word.
+        audit = audit_notebook(original, self.lesson_code(info.get("assignment", ""),
+                                                          info.get("notebook", "")))
         if self.run is not None:
             label = f"{info.get('assignment', '?')}/{info.get('student', '?')}"
             executed, report = self.run.execute(nb, data_dir, options, label)
         else:
             executed, report = run_submission(nb, data_dir, options, self.course_root or None)
+        apply_audit(executed, report, audit)
         if self.report_dir and info.get("student"):
             path = report_path(self.report_dir, info.get("assignment", "?"), info["student"])
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -125,6 +125,11 @@ L01_CASES = {
     "l01_colab_stripped_filler": ("graded", 10, "re-attached by source similarity"),
     "l01_crlf": ("graded", 10, ""),
     "l01_fills_its_space": ("graded", 10, ""),
+    # Issue 39: the rules' watcher swapped (the call is read in the source: that test fails),
+    # the library's source exec'd, the library's function pasted and renamed (held for review).
+    "l01_swaps_trace": ("needs manual review", 7, "replaces mlexp.rules.Trace"),
+    "l01_execs_library_source": ("needs manual review", 10, "imports inspect"),
+    "l01_pastes_library": ("needs manual review", 10, "_scan is the code of mlexp.ops.linear._recurrent"),
 }
 L00_CASES = {
     "l00_equal_objects": ("graded", 0, ""),
@@ -641,6 +646,78 @@ def lesson01_cases(lesson, solution) -> dict:
     return files
 
 
+# Issue 39, items 1 and 2: the exercise rules' watcher runs in the student's kernel, so these
+# answers try to get past it; autograder.audit reads the source where they cannot reach.
+SWAPS_TRACE = """
+import mlexp.ops
+import mlexp.rules
+
+
+class _Quiet(mlexp.rules.Trace):      # a watcher whose report hides every library call
+    def to_dict(self):
+        data = super().to_dict()
+        data["used"] = []
+        return data
+
+
+mlexp.rules.Trace = _Quiet
+
+
+def recurrent_linear_attention(q, k, v, normalize=True):
+    return mlexp.ops.linear_attention(q, k, v, normalize=normalize)[0]
+"""
+EXECS_LIBRARY_SOURCE = """
+import inspect
+import mlexp.ops.linear as _lin
+
+exec(compile(inspect.getsource(_lin._recurrent), "<my own>", "exec"))
+
+
+def recurrent_linear_attention(q, k, v, normalize=True):
+    B, H, T, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1])
+    z = q.new_zeros(B, H, D_k) if normalize else None
+    return _recurrent(q, k, v, S, z, 1e-6)[0]
+"""
+
+
+def pasted_library_function(path, name, new_name) -> str:
+    """The library function ``name`` of the file ``path`` as a student would paste it: renamed,
+    every argument and local name changed, docstring and comments gone."""
+    import ast
+    fn = next(n for n in ast.parse(Path(path).read_text()).body
+              if isinstance(n, ast.FunctionDef) and n.name == name)
+    fn.name, fn.body = new_name, fn.body[1:] if isinstance(fn.body[0], ast.Expr) else fn.body
+    local = {a.arg for a in fn.args.args} | {n.id for n in ast.walk(fn)
+                                              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.arg):
+            node.arg = f"my_{node.arg}"
+        elif isinstance(node, ast.Name) and node.id in local:
+            node.id = f"my_{node.id}"
+    return ast.unparse(fn)
+
+
+def pastes_library(repo) -> str:
+    """An answer that runs lesson 01's library reference, pasted and renamed."""
+    paste = pasted_library_function(Path(repo) / "mlexp" / "ops" / "linear.py", "_recurrent", "_scan")
+    return "import torch\n\n\n" + paste + EXECS_LIBRARY_SOURCE.split("def recurrent", 1)[1].join(
+        ["\n\n\ndef recurrent", ""]).replace("_recurrent(", "_scan(")
+
+
+def lesson01_rule_cases(lesson, solution, repo) -> dict:
+    """student -> files for the attacks on lesson 01's rule (the recurrent form, write it yourself)."""
+    good = _answer(lesson, solved_answers(solution))
+    cases = {}
+    for student, source in (("l01_swaps_trace", SWAPS_TRACE), ("l01_execs_library_source", EXECS_LIBRARY_SOURCE),
+                            ("l01_pastes_library", pastes_library(repo))):
+        nb = copy.deepcopy(good)
+        i = _index(nb, "recurrent_form")
+        nb.cells[i].source += "\n\n" + source
+        cases[student] = {f"{L01}/{L01}.ipynb": nb}
+    return cases
+
+
 def lesson00_cases(lesson) -> dict:
     """student -> files for lesson 00: the always-equal object on the receptive-field exercise."""
     return {"l00_equal_objects": {f"{L00}/{L00}.ipynb": _answer(lesson, {
@@ -654,6 +731,7 @@ def write_class(dest: Path, toy_lesson, l01=None, l00=None, probe=PROBE) -> Path
     cases = toy_cases(toy_lesson, probe)
     if l01 is not None:
         cases.update(lesson01_cases(*l01))
+        cases.update(lesson01_rule_cases(*l01, HERE.parent.parent))
     if l00 is not None:
         cases.update(lesson00_cases(l00))
     for student, files in cases.items():

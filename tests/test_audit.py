@@ -1,0 +1,188 @@
+"""The exercise rules read from the student's source on the trusted side (autograder.audit).
+
+Issue 39: the rules' watcher (mlexp.rules) runs in the student's kernel, where the student's code
+can change its report. autograder.audit reads the submitted cells in the grader's process instead.
+These tests hold it to the attacks of the issue (built in tests/corpus/build_corpus.py, which the
+grader corpus also grades end to end) and to every answer the course already has: no solution,
+demo student or lesson cell is flagged, and the demo students that call the library op are the
+ones it names.
+"""
+import copy
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+
+from autograder.audit import apply_audit, audit_notebook, lesson_key
+from autograder.copies import copied_library_code
+from autograder.cells import grade_id_of, is_test_cell
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "corpus"))
+import build_corpus as corpus  # noqa: E402
+
+L01 = corpus.L01
+
+
+def lesson_code(nb) -> list:
+    return [c.source for c in nb.cells if c.cell_type == "code" and not is_test_cell(c)]
+
+
+@pytest.fixture(scope="module")
+def l01():
+    lesson = nbformat.read(REPO / "lessons" / L01 / f"{L01}.ipynb", as_version=4)
+    solution = nbformat.read(REPO / "solutions" / L01 / f"{L01}.ipynb", as_version=4)
+    return lesson, solution, corpus._answer(lesson, corpus.solved_answers(solution))
+
+
+def with_answer(nb, source, grade_id="recurrent_form"):
+    nb = copy.deepcopy(nb)
+    nb.cells[corpus._index(nb, grade_id)].source += "\n\n" + source
+    return nb
+
+
+def test_the_issues_attacks_are_caught_by_reading(l01):
+    lesson, solution, good = l01
+    cases = corpus.lesson01_rule_cases(lesson, solution, REPO)
+    found = {s: audit_notebook(f[f"{L01}/{L01}.ipynb"], lesson_code(lesson)) for s, f in cases.items()}
+    # the watcher swapped for one whose report hides the call: the call is read in the source
+    swap = found["l01_swaps_trace"]
+    assert list(swap.forbidden) == ["test_recurrent_form"]
+    assert "mlexp.ops.linear_attention" in swap.forbidden["test_recurrent_form"]
+    assert swap.forbidden["test_recurrent_form"].startswith("Hint: this exercise asks you to write it yourself")
+    assert any("replaces mlexp.rules.Trace" in what for _, what in swap.dynamic)
+    # the library's source read with inspect and run through exec under another file name
+    execs = found["l01_execs_library_source"]
+    said = " ".join(what for _, what in execs.dynamic)
+    assert "inspect" in said and "exec" in said and "compile" in said
+    # the library's function pasted under other names, no comment or docstring
+    paste = found["l01_pastes_library"]
+    assert [what for _, what in paste.copies] == ["_scan is the code of mlexp.ops.linear._recurrent"]
+    assert not paste.forbidden and not paste.dynamic
+    for audit in found.values():
+        assert audit.reasons(), "each attack is held for a person to look at"
+
+
+@pytest.mark.parametrize("answer, reached", [
+    ("from mlexp import ops as O\ndef recurrent_linear_attention(q, k, v, normalize=True):\n"
+     "    return O.linear_attention(q, k, v, normalize=normalize)[0]", "mlexp.ops.linear_attention"),
+    ("import mlexp.ops\ndef recurrent_linear_attention(q, k, v, normalize=True):\n"
+     "    return getattr(mlexp.ops, 'linear_attention')(q, k, v, normalize=normalize)[0]",
+     "mlexp.ops.linear_attention"),
+    ("from mlexp.mixers import linear_attention as la\ndef _inner(q, k, v, n):\n    return la(q, k, v, normalize=n)[0]\n"
+     "def recurrent_linear_attention(q, k, v, normalize=True):\n    return _inner(q, k, v, normalize)",
+     "mlexp.mixers.linear_attention"),
+    ("from mlexp.ops.linear import _recurrent as recurrent_linear_attention", "mlexp.ops.linear._recurrent"),
+    ("import mlexp\nmine = mlexp.ops.linear_attention\ndef recurrent_linear_attention(q, k, v, normalize=True):\n"
+     "    return mine(q, k, v, normalize=normalize)[0]", "mlexp.ops.linear_attention"),
+])
+def test_a_forbidden_module_reached_by_any_name_fails_the_rule(l01, answer, reached):
+    """Aliases, constant getattr, a helper in between, a re-export (mlexp.mixers imports it from
+    mlexp.ops: read from its source), an import under the answer's name."""
+    lesson, _, good = l01
+    audit = audit_notebook(with_answer(good, answer), lesson_code(lesson))
+    assert list(audit.forbidden) == ["test_recurrent_form"]
+    assert reached in audit.forbidden["test_recurrent_form"]
+
+
+@pytest.mark.parametrize("code, said", [
+    ("import importlib\nops = importlib.import_module('mlexp.' + 'ops')", "importlib"),
+    ("import mlexp.rules\nsetattr(mlexp.rules, 'Trace', object)", "setattr"),
+    ("name = 'linear' + '_attention'\nimport mlexp.ops\nf = getattr(mlexp.ops, name)", "computed name"),
+    ("import sys\nsys.modules['mlexp.rules'] = None", "sys.modules"),
+    ("def f():\n    pass\nf.__code__ = (lambda: 1).__code__", "__code__"),
+    ("import mlexp.rules\nT = mlexp.rules.Trace\nT.to_dict = lambda self: {}", "replaces mlexp.rules.Trace.to_dict"),
+    ("eval('1 + 1')", "eval"),
+    ("get_ipython().run_line_magic('load', 'x.py')", "%load"),
+    ("!cp /tmp/x .", "shell command"),
+    ("import mymodule_written_by_the_notebook", "does not install"),
+    # issue 39, item 3: what passes the tamper report on its way out
+    ("ip = get_ipython()\nreal = ip.display_pub.publish\nip.display_pub.publish = lambda *a, **k: real(*a, **k)",
+     "IPython's shell"),
+    ("from IPython import get_ipython as g\ng().kernel.session.send = print", "imports IPython"),
+    ("import ipykernel.kernelbase", "imports ipykernel"),
+])
+def test_code_the_grader_cannot_read_is_flagged(l01, code, said):
+    lesson, _, good = l01
+    audit = audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson))
+    assert any(said in what for _, what in audit.dynamic), audit.dynamic
+    assert "cannot be trusted" in audit.review()
+
+
+def test_dynamic_code_in_a_lesson_without_rules_is_not_flagged():
+    """Lesson 02 states no rule: what its cells do is for its tests to judge."""
+    lesson = nbformat.read(REPO / "lessons" / "02_fixed_state_recall" / "02_fixed_state_recall.ipynb",
+                           as_version=4)
+    nb = copy.deepcopy(lesson)
+    nb.cells.insert(3, new_code_cell("exec('x = 1')"))
+    assert audit_notebook(nb, lesson_code(lesson)).reasons() == []
+
+
+def test_lesson_cells_count_as_the_lessons_even_from_another_edition(l01):
+    """The setup cell of a student edition built with ``build --repo`` differs in a string only."""
+    lesson, _, good = l01
+    nb = copy.deepcopy(good)
+    setup = next(c for c in nb.cells if 'COURSE_REPO = "' in c.source)
+    setup.source = setup.source.replace('COURSE_REPO = "OWNER/REPO"', 'COURSE_REPO = "school/course-2027"')
+    assert 'school/course-2027' in setup.source
+    assert lesson_key(setup.source) in {lesson_key(s) for s in lesson_code(lesson)}
+    assert audit_notebook(nb, lesson_code(lesson)).reasons() == []
+    assert audit_notebook(nb, ()).dynamic, "read as the student's, the setup cell's importlib is seen"
+
+
+def test_no_answer_of_the_course_is_flagged():
+    """Every solution notebook and every demo student: nothing dynamic, nothing copied; a rule
+    broken only where the demo catalogue expects the rule's hint on that test."""
+    releases = {p.name: lesson_code(nbformat.read(p, as_version=4)) for p in REPO.glob("lessons/*/*.ipynb")}
+    expects = {}
+    for path in (REPO / "autograder" / "demo" / "catalog").glob("*.json"):
+        for student, entry in json.loads(path.read_text())["students"].items():
+            expects[student] = entry.get("expect", {}).get("hints", {})
+    checked = 0
+    for path in sorted(REPO.glob("solutions/*/*.ipynb")) + \
+            sorted((REPO / "autograder" / "demo" / "submissions").glob("*/*/*.ipynb")):
+        audit = audit_notebook(nbformat.read(path, as_version=4), releases[path.name])
+        assert not audit.dynamic and not audit.copies, (path, audit)
+        student = path.parent.parent.name if "submissions" in path.parts else None
+        for grade_id in audit.forbidden:
+            assert student and "library" in expects[student].get(grade_id, ""), (path, audit.forbidden)
+        checked += 1
+    assert checked > 100
+
+
+def test_copies_are_found_in_code_given_to_exec_as_text():
+    paste = corpus.pasted_library_function(REPO / "mlexp" / "ops" / "gated.py", "_chunk", "mine")
+    import ast
+    tree = ast.parse(f"exec({paste!r})")
+    assert copied_library_code(tree) == ["mine is the code of mlexp.ops.gated._chunk"]
+
+
+def test_the_audit_outranks_the_kernel(l01):
+    """A ruled test that passed in the kernel fails with the audit's hint; one that failed keeps
+    its error; the reasons go to the report's review."""
+    lesson, solution, good = l01
+    nb = corpus.lesson01_rule_cases(lesson, solution, REPO)["l01_swaps_trace"][f"{L01}/{L01}.ipynb"]
+    audit = audit_notebook(nb, lesson_code(lesson))
+    executed = copy.deepcopy(nb)
+    for cell in executed.cells:
+        if is_test_cell(cell):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ok\n")]
+    report = {"review": []}
+    apply_audit(executed, report, audit)
+    by_id = {grade_id_of(c): c for c in executed.cells if is_test_cell(c)}
+    failed = [g for g, c in by_id.items() if any(o.output_type == "error" for o in c.outputs)]
+    assert failed == ["test_recurrent_form"]
+    assert by_id["test_recurrent_form"].outputs[-1].evalue == audit.forbidden["test_recurrent_form"]
+    assert report["review"] == audit.reasons() and report["review"]
+    apply_audit(None, report, audit)      # nothing came back: the reasons still stand, once
+    assert report["review"] == audit.reasons()
+
+
+def test_magics_and_displays_a_lesson_uses_are_not_flagged(l01):
+    lesson, _, good = l01
+    code = ("%matplotlib inline\nfrom IPython.display import display, Markdown\n"
+            "%time x = sum(range(10))\ndisplay(Markdown('**done**'))")
+    assert audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson)).reasons() == []
