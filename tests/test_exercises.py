@@ -90,9 +90,14 @@ L01 = "01_running_sum"
 YOUR_TURN_NEUTRAL = "is not the running-sum output yet"
 
 
-def l01_turn(name, answer, hint=None):
-    return Case(L01, "test_your_turn", name, {"your_turn_answer": answer}, hint)
+YOUR_TURN_FORM = ("not a string", "it holds 3", "should be a pair of numbers", "is not finite", "is not defined")
 
+
+def l01_turn(name, answer, hint=None):
+    # The visible part checks the pair's form only; its value (and each catalogued wrong value) is
+    # judged by the hidden part, when the course grades (issue 39, item 4).
+    return Case(L01, "test_your_turn", name, {"your_turn_answer": answer}, hint,
+                hidden_only=hint is not None and hint not in YOUR_TURN_FORM)
 
 def l01_rec(name, *edits, hint=None, hidden_only=False, source=None):
     return Case(L01, "test_recurrent_form", name,
@@ -379,11 +384,17 @@ def l03(test, grade_id, name, source, hint=None, hidden_only=False):
     return Case(L03, test, name, {grade_id: source}, hint, hidden_only)
 
 
+READS_FORM = ("not a string", "it holds 3", "should hold two numbers", "is not finite")
+
+
 def l03_reads(name, source=None, hint=None):
     answer = sol(L03, "read_backs") if source is None else sol(L03, "read_backs", (
         "read_plain = tuple((q_read @ S_plain).tolist())", source), ("read_decay = tuple((q_read @ S_decay).tolist())", ""),
         ("read_delta = tuple((q_read @ S_delta).tolist())", ""))
-    return Case(L03, "test_read_backs", name, {"read_backs": answer}, hint)
+    # The visible part checks the pairs' form only; their values (and each catalogued wrong value)
+    # are judged by the hidden part, when the course grades (issue 39, item 4).
+    return Case(L03, "test_read_backs", name, {"read_backs": answer}, hint,
+                hidden_only=hint is not None and hint not in READS_FORM)
 
 
 def decay(memory, half, imports=""):
@@ -417,6 +428,11 @@ CASES += [
     l03_reads("gamma twice", "read_plain, read_decay, read_delta = (2, 4), (0.5, 4), (0, 4)", "applies gamma twice"),
     l03_reads("delta sign flipped", "read_plain, read_decay, read_delta = (2, 4), (1, 4), (4, -4)", "sign flipped"),
     l03_reads("unforeseen", "read_plain, read_decay, read_delta = (2, 4), (1, 4), (1, 4)", "is not q^T (S_1 + k (v_2 - S_1^T k)^T)"),
+    # The form, checked in the visible part too.
+    l03_reads("text", "read_plain, read_decay, read_delta = (2, 4), '1, 4', (0, 4)", "not a string"),
+    l03_reads("three numbers", "read_plain, read_decay, read_delta = (2, 4), (1, 4), (0, 4, 0)", "it holds 3"),
+    l03_reads("one number", "read_plain, read_decay, read_delta = 2, (1, 4), (0, 4)", "should hold two numbers"),
+    l03_reads("nan", "read_plain, read_decay, read_delta = (2, 4), (1, float('nan')), (0, 4)", "is not finite"),
     # One delta step: any key length, no library call (items 4 and 5).
     l03("test_delta_step", "delta_step", "(I - beta k k^T) S + beta k v^T",
         delta("    I = torch.eye(len(k), dtype=S.dtype)\n    return (I - beta * torch.outer(k, k)) @ S + beta * torch.outer(k, v)")),
@@ -910,15 +926,18 @@ CASES += [
     replace(_case(L03, "test_key_norm", "key_norm", "answer c", [('why_normalise = "b"', 'why_normalise = "c"')],
                   "why_normalise names a statement that is false. Work out"),
             hidden_only=True),   # the letter is judged by the hidden part only, one hint for any wrong one
-    _case(L03, "test_read_backs", "read_backs", "decay on the new write",
-          [(READS["decay"], "S_decay = 0.5 * (S1 + torch.outer(k2, v2))")], "decays the new write too"),
-    _case(L03, "test_read_backs", "read_backs", "no decay", [(READS["decay"], "S_decay = S1 + torch.outer(k2, v2)")],
-          "read_decay equals the plain sum"),
-    _case(L03, "test_read_backs", "read_backs", "first write only", [(READS["plain"], "S_plain = S1")],
-          "read_plain holds only the first value"),
-    _case(L03, "test_read_backs", "read_backs", "normalised read",
-          [(READS["read_plain"], "read_plain = tuple((q_read @ S_plain / (q_read @ (k1 + k2))).tolist())")],
-          "read_plain was divided by q.z"),
+    # The read-backs' values are judged by the hidden part only (issue 39, item 4).
+    *(replace(c, hidden_only=True) for c in [
+        _case(L03, "test_read_backs", "read_backs", "decay on the new write",
+              [(READS["decay"], "S_decay = 0.5 * (S1 + torch.outer(k2, v2))")], "decays the new write too"),
+        _case(L03, "test_read_backs", "read_backs", "no decay", [(READS["decay"], "S_decay = S1 + torch.outer(k2, v2)")],
+              "read_decay equals the plain sum"),
+        _case(L03, "test_read_backs", "read_backs", "first write only", [(READS["plain"], "S_plain = S1")],
+              "read_plain holds only the first value"),
+        _case(L03, "test_read_backs", "read_backs", "normalised read",
+              [(READS["read_plain"], "read_plain = tuple((q_read @ S_plain / (q_read @ (k1 + k2))).tolist())")],
+              "read_plain was divided by q.z"),
+    ]),
     l04_pure("decimal GB", (PURE, PURE.replace("2**30", "1e9")), "is in decimal GB"),
     l04_pure("Jamba's own cache", (PURE, PURE.replace("2 * 32 *", "2 * 4 *")), "is Jamba's own cache"),
     l04_pure("no factor two", (PURE, PURE.replace("= 2 * 32 *", "= 32 *")), "is half the right size"),
