@@ -58,7 +58,9 @@ def _watch_list(nb) -> list:
                          ("torch.nn.functional", r"\bF\.|functional"),
                          ("matplotlib.pyplot", r"matplotlib|plt\."),
                          ("mlexp", r"\bmlexp\b"), ("mlexp.ops", r"mlexp\.ops"),
-                         ("mlexp.rules", r"\bmlexp\b")):   # its audit hook is then in place before any student cell
+                         ("mlexp.rules", r"\bmlexp\b"),   # its audit hook is then in place before any student cell
+                         ("mlexp.kvcache", r"kvcache"), ("mlexp.capstone", r"capstone"),
+                         ("mlexp.inattention", r"inattention")):   # modules the rules forbid: watched
         if re.search(pattern, text):
             wanted.append(mod)
     return wanted
@@ -87,6 +89,16 @@ def _tamper_reports(link) -> list:
             continue
         found += [str(x)[:200] for x in value if str(x)[:200] not in found]
     return found
+
+
+def _ask_tamper(link, report) -> None:
+    """Add to ``report.tampered`` what the kernel reports changed now (a kernel too busy to
+    answer in time is left to the next asking)."""
+    try:
+        found = _tamper_reports(link)
+    except StudentTimeout:
+        return
+    report.tampered += [x for x in found if x not in report.tampered]
 
 
 def _names_the_channel(cell) -> bool:
@@ -161,6 +173,8 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                     if review:
                         report.review.append(review)
                     timed_out = any(o.get("ename") == TIMEOUT_ENAME for o in cell.outputs)
+                    if not timed_out:   # asked at each test: a change undone by a later cell counts
+                        _ask_tamper(link, report)
                 elif cell.source.strip():
                     if _names_the_channel(cell) and channel_cell is None:
                         channel_cell = index + 1
@@ -179,7 +193,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                                    "so it was shut down")
                         report.kernel = stopped
             if not stopped:
-                report.tampered = _tamper_reports(link)
+                _ask_tamper(link, report)
             if link.blocked:
                 report.tampered.append("the grader's requests to the kernel (they were "
                                           "blocked or rewritten)")

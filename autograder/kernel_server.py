@@ -81,7 +81,11 @@ def _parameter_names(fn, n: int) -> list:
 WATCHED_MODULES = ("builtins", "math", "operator", "functools", "cmath", "statistics", "json",
                    "numpy", "torch", "torch.nn.functional", "torch.linalg", "mlexp", "mlexp.ops",
                    "mlexp.rules",   # its watcher measures the student's call: the rules' evidence
+                   "mlexp.kvcache", "mlexp.capstone", "mlexp.inattention",   # modules rules forbid
                    "IPython.display", "IPython.core.display_functions")
+# Of these, the library's own classes are watched too, with their methods (a watcher class
+# swapped for a subclass whose report hides a call, or a method replaced on the class).
+CLASS_MODULES = ("mlexp", "mlexp.")
 
 
 def _watched_functions():
@@ -97,10 +101,24 @@ def _watched_functions():
                 continue
             if callable(v) and not isinstance(v, (type, types.ModuleType)):
                 found[f"{modname}.{k}"] = v
+            elif isinstance(v, type) and modname.startswith(CLASS_MODULES):
+                found[f"{modname}.{k}"] = v
+                found.update({f"{modname}.{k}.{m}": _Member(f) for m, f in list(vars(v).items())
+                              if callable(f) and not isinstance(f, type)})
     torch = sys.modules.get("torch")
     if torch is not None:
         found.update({f"torch.Tensor.{k}": v for k, v in vars(torch.Tensor).items() if callable(v)})
     return found
+
+
+class _Member:
+    """A method of a library class, as watched: compared by identity with the snapshot only
+    (methods a library makes at import, such as a dataclass's ``__init__``, have no file of the
+    library, so without a snapshot they cannot be told from the notebook's)."""
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
 
 
 def _shell_hooks():
@@ -121,7 +139,19 @@ def _shell_hooks():
         hooks[f"IPython shell.{name}"] = [own] if own is not None else []
     for event, callbacks in shell.events.callbacks.items():
         hooks[f"IPython event hook '{event}'"] = list(callbacks)
+    # the way every reply leaves the kernel: any change to them is reported (CHANNEL_HOOKS)
+    pub = getattr(shell, "display_pub", None)
+    session = getattr(getattr(shell, "kernel", None), "session", None)
+    hooks["IPython display publisher"] = [] if pub is None else \
+        [x for x in (pub, vars(pub).get("publish")) if x is not None]
+    hooks["the kernel's message session"] = [] if session is None else \
+        [x for x in [session] + [vars(session).get(m) for m in ("send", "pack", "serialize", "sign")]
+         if x is not None]
     return hooks
+
+
+CHANNEL_HOOKS = ("IPython custom exception handler", "IPython display publisher",
+                 "the kernel's message session")
 
 
 def _install_dirs():
@@ -315,20 +345,29 @@ class KernelServer:
         """What code written in the notebook put into libraries, builtins and IPython's hooks.
 
         The copy that took the snapshot (before the student's first cell) reports what changed
-        since; a fresh copy, sent in by the harness after the last cell under a name the notebook
-        could not know, has no snapshot to trust and reports every watched function and hook whose
-        code was written in the notebook, so replacing the first copy hides nothing.
+        since; a fresh copy, sent in by the harness under a name the notebook could not know, has
+        no snapshot to trust and reports every watched function, library class and hook whose
+        code was written in the notebook, so replacing the first copy hides nothing. What passes
+        a report on its way out (IPython's display publisher, the kernel's message session) is
+        reported when it changed at all; a change there can still rewrite the reply itself, which
+        is why the grader also reads the notebook's source (autograder.audit).
         """
         snap = self.before or None
         changed = []
         for name, fn in _watched_functions().items():
             old = snap["functions"].get(name) if snap else None
+            if isinstance(fn, _Member):
+                fn, old = fn.fn, getattr(old, "fn", None)
+                if not snap:
+                    continue
             if (fn is not old if snap else True) and (old is not None or not snap) and _from_notebook(fn):
                 changed.append(name)
         for name, now in _shell_hooks().items():
             before = snap["hooks"].get(name, []) if snap else []
             added = [h for h in now if not any(h is b for b in before)]
-            if added and (name == "IPython custom exception handler" or any(map(_from_notebook, added))):
+            if name in CHANNEL_HOOKS[1:] and not snap:
+                continue    # the channel's own parts (our message packer) are not the notebook's
+            if added and (name in CHANNEL_HOOKS or any(map(_from_notebook, added))):
                 changed.append(name)
         return {"value": changed}
 

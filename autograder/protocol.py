@@ -116,9 +116,11 @@ class Report:
             reasons.append(f"{self.kernel} (killed, or over a memory or process limit)")
         if self.tampered:
             shown = ", ".join(self.tampered[:5]) + (" ..." if len(self.tampered) > 5 else "")
-            reasons.append(f"the notebook's code changed {shown} (the tests ran outside the notebook, "
-                           "but an exercise rule's verdict, such as a library op forbidden, is watched "
-                           "inside it: check the points those rules guard)")
+            reasons.append(f"the notebook's code changed {shown} in its kernel (this is what the "
+                           "kernel reported when asked after each test: it proves a change, not its "
+                           "effect, and a change it missed is possible. The tests' own checks ran "
+                           "outside the notebook, but an exercise rule's verdict, such as a library op "
+                           "forbidden, is watched inside it: check the points those rules guard)")
         return reasons
 
     @classmethod

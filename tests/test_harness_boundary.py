@@ -144,6 +144,29 @@ def test_tampering_is_flagged_even_with_the_report_silenced(tmp_path, kind):
         assert "math.sqrt" in report["tampered"], report
 
 
+# Issue 39, item 3: the report is asked after each test (a change undone by a later cell still
+# counts), covers the library's classes, and any change to what carries it out of the kernel.
+UNDONE_LATER = ("import math\n_real = math.sqrt\nmath.sqrt = lambda x: 1.0\n")
+CLASS_SWAP = ("import mlexp.rules\nclass _Quiet(mlexp.rules.Trace):\n    pass\nmlexp.rules.Trace = _Quiet\n")
+PUBLISHER = ("ip = get_ipython()\n_publish = ip.display_pub.publish\n"
+             "ip.display_pub.publish = lambda *a, **k: _publish(*a, **k)\n")
+
+
+@pytest.mark.slow
+def test_changes_undone_after_the_tests_and_to_the_channel_are_flagged(tmp_path):
+    cells = [nbformat.v4.new_code_cell(UNDONE_LATER + CLASS_SWAP + PUBLISHER),
+             _test("test_sqrt", 1, "import math\nassert math.sqrt(4) == 2"),
+             nbformat.v4.new_code_cell("math.sqrt = _real\nmlexp.rules.Trace = _Quiet.__bases__[0]\n"
+                                       "ip.display_pub.publish = _publish")]
+    executed, report = run_submission(nbformat.v4.new_notebook(cells=cells), tmp_path,
+                                      GradingOptions(cell_timeout=60))
+    assert not report["kernel"], report
+    for name in ("math.sqrt", "mlexp.rules.Trace", "IPython display publisher"):
+        assert name in report["tampered"], report
+    assert "proves a change, not its effect" in " ".join(__import__("autograder.protocol", fromlist=["Report"])
+                                                         .Report.from_dict(report).reasons())
+
+
 # Item 4: updating a display (by its id) passes the same output caps as any output.
 DISPLAYS = ("from IPython.display import display\n"
             "handles = [display({'text/plain': 'x'}, raw=True, display_id=True) for _ in range(8)]\n")

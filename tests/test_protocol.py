@@ -32,8 +32,10 @@ def test_a_report_has_one_set_of_defaults_and_keeps_worker_fields_only_when_set(
     assert Report.read(tmp_path / "missing.json") == Report()
     rep = Report.from_dict({"kernel": "gone", "tampered": ["math.sqrt"], "extra": 1})
     assert rep.reasons() == ["gone (killed, or over a memory or process limit)",
-                             "the notebook's code changed math.sqrt (the tests ran outside the "
-                             "notebook, but an exercise rule's verdict, such as a library op "
+                             "the notebook's code changed math.sqrt in its kernel (this is what the "
+                             "kernel reported when asked after each test: it proves a change, not its "
+                             "effect, and a change it missed is possible. The tests' own checks ran "
+                             "outside the notebook, but an exercise rule's verdict, such as a library op "
                              "forbidden, is watched inside it: check the points those rules guard)"]
     rep.worker, rep.worker_deaths = "tcp://w", 0
     assert rep.to_dict()["worker_deaths"] == 0 and Report.from_dict(rep.to_dict()) == rep
