@@ -121,10 +121,12 @@ L01_CASES = {
     "l01_patches_checks": ("needs manual review", 0, "torch.allclose"),
     "l01_equal_objects": ("graded", 0, ""),
     "l01_exits_when_tested": ("needs manual review", 0, "the kernel died"),
-    "l01_prints_history": ("graded", 10, ""),
+    # inspect.stack() and sys._getframe in an answer of a lesson with rules: held for review
+    # (autograder.audit, issue 39), the points kept
+    "l01_prints_history": ("needs manual review", 10, "imports inspect"),
     "l01_colab_stripped_filler": ("graded", 10, "re-attached by source similarity"),
     "l01_crlf": ("graded", 10, ""),
-    "l01_fills_its_space": ("graded", 10, ""),
+    "l01_fills_its_space": ("needs manual review", 10, "imports ipykernel.connect"),
     # Issue 39: the rules' watcher swapped (the call is read in the source: that test fails),
     # the library's source exec'd, the library's function pasted and renamed (held for review).
     "l01_swaps_trace": ("needs manual review", 7, "replaces mlexp.rules.Trace"),
