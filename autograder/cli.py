@@ -1,4 +1,4 @@
-"""Command line: build, publish, book, grade, report, export, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
+"""Command line: build, publish, book, grade, report, export, canvas, check, demo and seeds (see `python -m autograder COMMAND --help`)."""
 import argparse
 import sys
 import time
@@ -120,6 +120,11 @@ def parser() -> argparse.ArgumentParser:
                         "is missing from the gradebook; without it, export holds them back, "
                         "lists them and exits 3")
 
+    cv = sub.add_parser("canvas", help="Canvas through its REST API: pull submissions with "
+                                       "their times, push grades and feedback pages (the "
+                                       "grader's canvas extra)")
+    add_canvas_arguments(cv)
+
     d = sub.add_parser("demo", help="regenerate the demo class from its catalogue")
     d.add_argument("--check", action="store_true",
                    help="only compare: exit 1 when the committed demo class is out of date")
@@ -132,6 +137,37 @@ def parser() -> argparse.ArgumentParser:
     from .seeds import add_arguments as seed_arguments
     seed_arguments(s, course=False)
     return p
+
+
+def add_canvas_arguments(cv: argparse.ArgumentParser) -> None:
+    """``canvas pull`` and ``canvas push`` (autograder.canvas_sync; README: Grades back into the LMS)."""
+    sub = cv.add_subparsers(dest="canvas_command", required=True)
+    pl = sub.add_parser("pull", help="download each student's latest notebook with its "
+                                     "submission time into a folder grade reads")
+    pl.add_argument("course_arg", metavar="COURSE", help="Canvas course id (.../courses/COURSE)")
+    pl.add_argument("assignment", metavar="ASSIGNMENT",
+                    help="Canvas assignment id (.../assignments/ASSIGNMENT)")
+    pl.add_argument("--out", required=True, metavar="SUBMISSIONS",
+                    help="folder to write <login>_<user id>/<lesson>/ into (kept: a second "
+                         "pull downloads only what changed)")
+    ph = sub.add_parser("push", help="post decided grades and feedback pages of a graded "
+                                     "lesson to the assignment (never an undecided one)")
+    ph.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
+    ph.add_argument("course_arg", metavar="COURSE", help="Canvas course id")
+    ph.add_argument("assignment", metavar="ASSIGNMENT", help="Canvas assignment id")
+    ph.add_argument("--dry-run", action="store_true",
+                    help="print what would be posted; send nothing")
+    for p in (pl, ph):
+        p.add_argument("--lesson", metavar="ID",
+                       help="the lesson this assignment is (default: the term file's lesson whose "
+                            "lms_column ends in (ASSIGNMENT), else DIR's only lesson)")
+        p.add_argument("--term", metavar="FILE", help="the term file (its lms_column entries)")
+        p.add_argument("--url", metavar="URL",
+                       help="the Canvas address, e.g. https://canvas.example.edu (default: "
+                            "$CANVAS_URL)")
+        p.add_argument("--token-file", metavar="FILE",
+                       help="a file holding the API token, readable by you only (chmod 600); "
+                            "default: the environment variable CANVAS_TOKEN")
 
 
 def add_term_argument(p: argparse.ArgumentParser) -> None:
@@ -471,6 +507,43 @@ def _export(args) -> int:
     return 0
 
 
+def _canvas(args) -> int:
+    """canvas pull / push. Exit 2 without the canvas extra or on an error that names what to
+    fix (the token never in it); push exits 3 when it held a grade back or met a student Canvas
+    does not have, as export does."""
+    import os
+    from .canvas import URL_ENV, CanvasCut, MissingExtra, Session, read_token, require_canvasapi
+    try:
+        require_canvasapi()
+    except MissingExtra as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from . import canvas_sync as cs
+    token = read_token(args.token_file)
+    session = Session(args.url or os.environ.get(URL_ENV, ""), token,
+                      say=lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        if args.canvas_command == "pull":
+            from .config import list_assignments
+            root = find_course_root(args.course)
+            term = read_term(args, root)
+            lesson = cs.lesson_for(args.assignment, args.lesson, term, set(list_assignments(root)))
+            print(cs.format_pull(cs.pull(session, args.course_arg, args.assignment, lesson,
+                                         Path(args.out))))
+            return 0
+        from .export import recorded_term, term_for
+        term = term_for(args.term, Path(args.out)) if args.term else recorded_term(Path(args.out))
+        lesson = cs.lesson_for(args.assignment, args.lesson, term, cs.graded_lessons(Path(args.out)))
+        plan = cs.plan_push(session, Path(args.out), args.course_arg, args.assignment, lesson, term)
+        if not args.dry_run:
+            cs.push(session, plan, args.assignment, progress=print)
+        print(cs.format_push(plan, args.dry_run))
+    except CanvasCut as exc:
+        print(f"error: {session.redact(exc)}", file=sys.stderr)
+        return 1
+    return 3 if plan.held or plan.not_found else 0
+
+
 def _check(args) -> int:
     from .check import check_notebook, format_report
     results, notes = check_notebook(args.notebook, from_arguments(args), course=args.course)
@@ -515,7 +588,8 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"build": _build, "grade": _grade, "check": _check, "demo": _demo, "publish": _publish, "book": _book,
-                "report": _report, "export": _export, "seeds": _seeds}[args.command](args)
+                "report": _report, "export": _export, "seeds": _seeds,
+                "canvas": _canvas}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         if args.command == "check":   # it may quote the notebook: no escape code reaches the terminal
             from mlexp.check import terminal_safe
