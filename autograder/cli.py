@@ -541,6 +541,10 @@ def _canvas(args) -> int:
     except CanvasCut as exc:
         print(f"error: {session.redact(exc)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: what was written or posted is kept; run the same command again to "
+              "go on (nothing is posted twice)", file=sys.stderr)
+        return 130
     return 3 if plan.held or plan.not_found else 0
 
 

@@ -167,6 +167,31 @@ def test_pull_again_downloads_nothing_unchanged(term_class):
     assert len([p for m, p in s.log if "/download" in p]) == before
 
 
+def test_pull_again_takes_a_new_attempt_in_place_of_the_old(term_class, tmp_path):
+    lesson_nb = nbformat.read(term_class["course"] / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    s = StandIn(TOKEN, COURSE).start()
+    try:
+        s.add_assignment(AID, "01 Toy", POINTS)
+        s.add_user(3001, "Ann Smith", "asmith")
+        first = nbformat.writes(student_notebook(lesson_nb, {})).encode()
+        s.submit(AID, 3001, {NOTEBOOK: first}, "2026-09-30T10:00:00Z")
+        argv = ["canvas", "pull", str(COURSE), str(AID), "--out", str(tmp_path / "in"),
+                "--url", s.url, "--lesson", ASSIGNMENT]
+        outputs = []
+        assert run_cli(outputs, argv) == 0
+        folder = tmp_path / "in" / "asmith_3001" / ASSIGNMENT
+        assert (folder / NOTEBOOK).read_bytes() == first
+        second = nbformat.writes(student_notebook(lesson_nb, answers(1))).encode()
+        s.submit(AID, 3001, {"toy (1).ipynb": second}, "2026-10-02T08:00:00Z", late=True, attempt=2)
+        assert run_cli(outputs, argv) == 0
+        assert sorted(p.name for p in folder.iterdir()) == ["timestamp.txt", "toy (1).ipynb"]
+        assert (folder / "toy (1).ipynb").read_bytes() == second
+        assert (folder / "timestamp.txt").read_text() == "2026-10-02 08:00:00.000000 UTC\n"
+        assert "1 file(s) downloaded now" in outputs[-1] and "[Canvas: LATE]" in outputs[-1]
+    finally:
+        s.stop()
+
+
 def expected_grades() -> dict:
     return {1000 + i: rule(i) for i in range(N) if 1000 + i not in (REJECTED, REVIEW)}
 
