@@ -292,6 +292,9 @@ def review_reasons(report: dict) -> list:
     return Report.from_dict(report).reasons()
 
 
+_LESSON_CODE = {}   # SandboxedExecute.lesson_code's, by release and its modification time
+
+
 class SandboxedExecute(NbGraderPreprocessor):
     """nbgrader autograde's Execute step, run by the harness (see the module docstring).
 
@@ -310,21 +313,22 @@ class SandboxedExecute(NbGraderPreprocessor):
     def lesson_code(self, assignment: str, notebook: str) -> list:
         """The sources of the lesson's own code cells (not test cells) of ``notebook``: in its
         release in this grading folder and in every version of ``lessons/`` the course's git
-        history holds (a notebook handed in against an earlier release), read once per run."""
-        cache = self.__dict__.setdefault("_lesson_code", {})
-        if (assignment, notebook) not in cache:
+        history holds (a notebook handed in against an earlier release), read once per process
+        and release."""
+        release = Path(self.release_dir) / assignment / f"{notebook}.ipynb" if self.release_dir else None
+        key = (self.release_dir, self.course_root, assignment, notebook,
+               release.stat().st_mtime_ns if release is not None and release.is_file() else None)
+        cache = _LESSON_CODE     # nbgrader makes this step anew for every notebook: kept per process
+        if key not in cache:
             from .cells import is_test_cell
             from .releases import git_versions
-            name = f"{notebook}.ipynb"
-            versions = []
-            if self.release_dir and (Path(self.release_dir) / assignment / name).is_file():
-                versions.append(nbformat.read(Path(self.release_dir) / assignment / name, as_version=4))
+            versions = [nbformat.read(release, as_version=4)] if key[-1] is not None else []
             if self.course_root:
-                versions += git_versions(Path(self.course_root), f"lessons/{assignment}/{name}")
-            cache[(assignment, notebook)] = list(dict.fromkeys(
+                versions += git_versions(Path(self.course_root), f"lessons/{assignment}/{notebook}.ipynb")
+            cache[key] = list(dict.fromkeys(
                 c.source for v in versions for c in v.cells
                 if c.cell_type == "code" and not is_test_cell(c)))
-        return cache[(assignment, notebook)]
+        return cache[key]
 
     def preprocess(self, nb, resources):
         from .audit import apply_audit, audit_notebook
