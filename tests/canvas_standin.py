@@ -28,7 +28,8 @@ REST API documentation (canvas.instructure.com/doc/api):
 
 Faults for the tests: ``rate_limit`` (the next N API requests are throttled), ``down_after_puts``
 (after that many grade/comment PUTs, the next PUT is applied and then every request's
-connection is dropped unanswered, as a network cut does, until ``down`` is set False).
+connection is dropped unanswered, as a network cut does, until ``down`` is set False) and
+``down_after_downloads`` (the same after that many file downloads).
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ class StandIn:
         self.log = []                    # (method, path) of every request answered or dropped
         self.rate_limit = 0
         self.down_after_puts, self.puts, self.down = None, 0, False
+        self.down_after_downloads, self.downloads = None, 0
         self._ids = iter(range(5000, 10**6))
         self._lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -188,6 +190,10 @@ def _handler(state: StandIn):
             not_found = (404, {"errors": [{"message": "The specified resource does not exist."}]})
             m = re.fullmatch(r"/files/(\d+)/download", path)
             if m and method == "GET" and int(m[1]) in state.files:
+                state.downloads += 1
+                if state.down_after_downloads is not None and state.downloads > state.down_after_downloads:
+                    state.down = True
+                    return self._drop()
                 return self._send(200, raw=state.file_data(int(m[1])))
             m = re.fullmatch(r"/files_api/upload/(\d+)", path)
             if m and method == "POST":   # step 2: the file itself, then the redirect to confirm

@@ -192,6 +192,25 @@ def test_pull_again_takes_a_new_attempt_in_place_of_the_old(term_class, tmp_path
         s.stop()
 
 
+def test_a_pull_cut_short_resumes_where_it_stopped(term_class, tmp_path):
+    lesson_nb = nbformat.read(term_class["course"] / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    s = serve(lesson_nb)
+    try:
+        s.down_after_downloads = 9
+        argv = ["canvas", "pull", str(COURSE), str(AID), "--out", str(tmp_path / "in"),
+                "--url", s.url, "--lesson", ASSIGNMENT]
+        outputs = []
+        assert run_cli(outputs, argv) == 1
+        assert "run the same command again" in outputs[-1]
+        assert len(list((tmp_path / "in").rglob("*.ipynb"))) == 9
+        s.down, s.down_after_downloads, s.downloads = False, None, 0
+        assert run_cli(outputs, argv) == 0
+        assert s.downloads == N - 9 and f"{N - 9} file(s) downloaded now" in outputs[-1]
+        assert len(list((tmp_path / "in").rglob("timestamp.txt"))) == N
+    finally:
+        s.stop()
+
+
 def expected_grades() -> dict:
     return {1000 + i: rule(i) for i in range(N) if 1000 + i not in (REJECTED, REVIEW)}
 
