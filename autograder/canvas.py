@@ -97,8 +97,9 @@ class Session:
     """A Canvas at ``url`` reached with ``token``, every request through :meth:`call`.
 
     ``retries``: tries after the first (bounded); ``backoff``: the first wait in seconds
-    (default BACKOFF_S); ``sleep``: how to wait (default time.sleep); ``say``: where notes on retries go (a callable
-    taking one line; they never hold the token)."""
+    (default BACKOFF_S); ``sleep``: how to wait (default time.sleep); ``say``: where notes on
+    retries go (a callable taking one line; they never hold the token). Raises MissingExtra
+    without canvasapi, CanvasError for a missing or non-https address."""
 
     def __init__(self, url: str, token: str, retries: int = 4, backoff: float = None,
                  sleep=None, say=None):

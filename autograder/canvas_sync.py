@@ -11,8 +11,8 @@ attempt's files: ``id``, ``filename``, ``display_name``, ``size``, ``url``), wit
 notebooks, under the names the student gave them) and beside them nbgrader's ``timestamp.txt``
 (``2026-10-01 21:59:00.000000 UTC``, Canvas's ``submitted_at``), the folder layout ``grade``
 reads, whose times the term's late rule uses (README: A term). The student id ends in the Canvas
-user id, which ``export --lms canvas`` and ``push`` match students by. ``SUBMISSIONS/.canvas-pull.json``
-(ignored by ``grade``: a dot file) records per student the user id, login, name, attempt,
+user id, which ``export --lms canvas`` and ``push`` match students by.
+``SUBMISSIONS/.canvas-pull.json`` (ignored by ``grade``: a dot file) records per student the user id, login, name, attempt,
 ``submitted_at``, Canvas's ``late`` flag and the files written, so a second pull downloads only
 what changed.
 
@@ -45,7 +45,7 @@ __all__ = ["MANIFEST", "PullResult", "pull", "PushPlan", "plan_push", "push", "s
            "lesson_for", "graded_lessons", "format_pull", "format_push"]
 
 MANIFEST = ".canvas-pull.json"
-MARK = "autograder feedback"       # in every comment push writes: "[autograder feedback <lesson> <sha>]"
+MARK = "autograder feedback"   # in each comment push writes: "[autograder feedback <lesson> <sha>]"
 
 
 def student_id(login: str, user_id) -> str:
@@ -139,7 +139,8 @@ def pull(session: Session, course_id, assignment_id, lesson: str, out,
         for att in notebooks:
             name = ids.folder_name(str(att.filename))
             if int(getattr(att, "size", 0) or 0) > max_bytes:
-                note = f"{name} not fetched: {att.size / 2**20:.0f} MiB, over {max_bytes // 2**20} MiB"
+                note = (f"{name} not fetched: {att.size / 2**20:.0f} MiB, over "
+                        f"{max_bytes // 2**20} MiB")
                 continue
             target = folder / name
             if old.get("files", {}).get(str(att.id)) == name and target.is_file():
@@ -172,7 +173,8 @@ def pull(session: Session, course_id, assignment_id, lesson: str, out,
 def format_pull(result: PullResult) -> str:
     """One line per student: id, submission time, Canvas's late flag beside it, files."""
     lines = [f"{len(result.rows)} submission(s) of lesson {result.lesson} in {result.out}/ "
-             f"({result.downloaded} file(s) downloaded now, the rest unchanged since the last pull):"]
+             f"({result.downloaded} file(s) downloaded now, the rest unchanged since the last "
+             "pull):"]
     for r in result.rows:
         flag = "Canvas: LATE" if r["late"] else "Canvas: on time"
         lines.append(f"  {ids.printable(r['id'])}  submitted {r['submitted_at']}  [{flag}]  "
@@ -181,7 +183,8 @@ def format_pull(result: PullResult) -> str:
     for sid, why in result.missing:
         lines.append(f"  NOTHING TO GRADE: {ids.printable(sid)}: {why}")
     lines.append(f"next: python -m autograder grade {result.out} --out DIR --term term.toml "
-                 "(timestamp.txt beside each notebook holds Canvas's submitted_at for the late rule)")
+                 "(timestamp.txt beside each notebook holds Canvas's submitted_at for the late "
+                 "rule)")
     return "\n".join(lines)
 
 
@@ -189,9 +192,12 @@ def format_pull(result: PullResult) -> str:
 
 @dataclass
 class PushPlan:
-    """What push would do. ``steps``: dicts with student, user_id, grade (text to post, None
-    when Canvas has it already), old (Canvas's score), page (Path or None), marker, submission
-    (the canvasapi object); plus what is held back or has no Canvas submission."""
+    """What push would do. ``steps``: one dict per student to post to: student, lesson, user_id,
+    grade (the points text to post; None when Canvas has it already), old (Canvas's score, None
+    when ungraded), score (the points text), html (the page to attach; None when a comment with
+    its marker is there already), marker, no_page (DIR has no feedback page for it) and
+    submission (the canvasapi Submission); plus what is held back or not in Canvas.
+    ``points``: the assignment's points possible."""
     lesson: str
     points: float
     steps: list = field(default_factory=list)
@@ -256,13 +262,14 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
         if grade is None and html is None:
             plan.unchanged += 1
             continue
-        plan.steps.append({"student": sid, "lesson": lesson, "user_id": int(uid), "grade": grade, "old": old,
+        plan.steps.append({"student": sid, "lesson": lesson, "user_id": int(uid),
+                           "grade": grade, "old": old,
                            "score": text, "html": html, "marker": marker, "submission": sub,
                            "no_page": page is None})
     return plan
 
 
-def _post(session: Session, assignment_id, step: dict, attempt: list) -> None:
+def _post(step: dict, attempt: list) -> None:
     """One student's grade and comment. Before a retry (``attempt`` non-empty) it reads the
     submission again, so a request Canvas took before the connection broke is not repeated."""
     from canvasapi.upload import Uploader
@@ -270,7 +277,8 @@ def _post(session: Session, assignment_id, step: dict, attempt: list) -> None:
     if attempt:
         sub = _fresh(sub)
         old = getattr(sub, "score", None)
-        if step["grade"] is not None and old is not None and abs(float(old) - float(step["grade"])) < 0.005:
+        if (step["grade"] is not None and old is not None
+                and abs(float(old) - float(step["grade"])) < 0.005):
             step["grade"] = None
         if step["html"] is not None and _has_comment(sub, step["marker"]):
             step["html"] = None
@@ -304,14 +312,13 @@ def _fresh(sub):
     return Submission(sub._requester, {**response.json(), "course_id": sub.course_id})
 
 
-def push(session: Session, plan: PushPlan, assignment_id, progress=None) -> PushPlan:
+def push(session: Session, plan: PushPlan, progress=None) -> PushPlan:
     """Carry out ``plan``, one student at a time, each through Session.call (bounded retries;
     a CanvasCut stops the run with every student before it posted). ``progress``: a callable
     taking one line per student posted. Returns the plan with ``done`` filled."""
     for step in plan.steps:
         attempt = []
-        session.call(f"post the grade and feedback of {step['student']}", _post, session,
-                     assignment_id, step, attempt)
+        session.call(f"post the grade and feedback of {step['student']}", _post, step, attempt)
         plan.done.append(step["student"])
         if progress:
             progress(_step_line(step, "posted"))

@@ -536,7 +536,7 @@ def _canvas(args) -> int:
         lesson = cs.lesson_for(args.assignment, args.lesson, term, cs.graded_lessons(Path(args.out)))
         plan = cs.plan_push(session, Path(args.out), args.course_arg, args.assignment, lesson, term)
         if not args.dry_run:
-            cs.push(session, plan, args.assignment, progress=print)
+            cs.push(session, plan, progress=print)
         print(cs.format_push(plan, args.dry_run))
     except CanvasCut as exc:
         print(f"error: {session.redact(exc)}", file=sys.stderr)

@@ -28,8 +28,9 @@ REST API documentation (canvas.instructure.com/doc/api):
 
 Faults for the tests: ``rate_limit`` (the next N API requests are throttled), ``down_after_puts``
 (after that many grade/comment PUTs, the next PUT is applied and then every request's
-connection is dropped unanswered, as a network cut does, until ``down`` is set False) and
-``down_after_downloads`` (the same after that many file downloads).
+connection is dropped unanswered, as a network cut does, until ``down`` is set False),
+``down_after_downloads`` (the same after that many file downloads) and ``lose_answers_of_puts``
+(those PUTs are applied and their answer is lost, once).
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ class StandIn:
         self.rate_limit = 0
         self.down_after_puts, self.puts, self.down = None, 0, False
         self.down_after_downloads, self.downloads = None, 0
+        self.lose_answers_of_puts = set()   # these PUTs (1-based) are applied, their answer lost
         self._ids = iter(range(5000, 10**6))
         self._lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -269,6 +271,8 @@ def _handler(state: StandIn):
                 if state.down_after_puts is not None and state.puts > state.down_after_puts:
                     state.down = True     # applied, but the answer never arrives
                     return self._drop()
+                if state.puts in state.lose_answers_of_puts:
+                    return self._drop()   # applied, the answer lost; the network stays up
                 return self._send(200, state.public_submission(sub, ["submission_comments"]))
             return self._send(*not_found)
 

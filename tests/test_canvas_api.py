@@ -264,6 +264,19 @@ def test_push_cut_at_student_12_resumes_without_duplicates(term_class):
         fresh.stop()
 
 
+def test_a_grade_and_comment_whose_answer_was_lost_are_not_posted_twice(term_class):
+    """Canvas took the 5th student's PUT but its answer never came: the retry reads first."""
+    fresh = serve(nbformat.read(term_class["course"] / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4))
+    try:
+        fresh.lose_answers_of_puts = {5}
+        code, out = push(term_class, url=fresh.url)
+        assert code == 3 and "28 student(s) posted" in out and "network failure" in out, out
+        assert fresh.puts == 28
+        check_canvas_holds_exactly(fresh)
+    finally:
+        fresh.stop()
+
+
 def test_errors_name_what_to_fix(term_class, tmp_path):
     tc, s = term_class, term_class["standin"]
     mp = tc["mp"]
