@@ -207,6 +207,7 @@ def _compare(a, student, expect, outcomes, mistakes=None) -> list:
     ``mistakes`` catalogue) a hint that the class report would file under another mistake id."""
     found = []
     ids = dict(zip(expect["hints"], expect.get("mistakes", []))) if mistakes else {}
+    partial = expect.get("partial", {})     # {test: points} of a test that gives part of its points
     for test, hint in expect["hints"].items():
         got = outcomes.get(test)
         if got is None:
@@ -214,6 +215,10 @@ def _compare(a, student, expect, outcomes, mistakes=None) -> list:
                               got="no such test in the lesson any more"))
         elif got.passed:
             found.append(dict(assignment=a, student=student, test=test, expected=hint, got="passes"))
+        elif got.score != partial.get(test, 0):
+            found.append(dict(assignment=a, student=student, test=test, expected=hint,
+                              got=f"{got.score:g} of its {got.points:g} points, not the "
+                                  f"{partial.get(test, 0):g} catalogued (\"partial\"): {got.error}"))
         elif hint not in got.error:
             found.append(dict(assignment=a, student=student, test=test, expected=hint, got=got.error))
         elif test in ids and (match_mistake(mistakes, test, got.error) or NO_MATCH) != ids[test]:
@@ -222,7 +227,7 @@ def _compare(a, student, expect, outcomes, mistakes=None) -> list:
                               got=f"the hint, but the class report files it under the mistake {filed!r}, "
                                   f"not {ids[test]!r} (solutions/{a}/mistakes.json: make its hint "
                                   "piece one that only this mistake's hint contains)"))
-    score = sum(o.points for o in outcomes.values() if o.passed)
+    score = sum(o.score for o in outcomes.values())
     total = sum(o.points for o in outcomes.values())
     if (score, total) != (expect["score"], expect["max_score"]):
         others = [f"{t} {'passes' if o.passed else 'fails: ' + o.error}" for t, o in outcomes.items()

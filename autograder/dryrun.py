@@ -33,6 +33,8 @@ from pathlib import Path
 
 import nbformat
 
+from mlexp.check import partial_score, printed_hints
+
 from .kernel_server import KernelServer
 
 from .calls import KernelLink
@@ -47,10 +49,17 @@ __all__ = ["Outcome", "needed_cells", "run_exercises"]
 
 @dataclass
 class Outcome:
-    """One test cell's verdict: passed, and the error it raised ("" when it passed)."""
+    """One test cell's verdict: passed, and the error it raised ("" when it passed); a test that
+    gave partial credit did not pass, its ``error`` is the hints it printed and ``score`` the
+    points it gave (default: ``points`` when it passed, else 0)."""
     passed: bool
     error: str = ""
     points: float = 0.0
+    score: float = None
+
+    def __post_init__(self):
+        if self.score is None:
+            self.score = self.points if self.passed else 0.0
 
 
 def _meta(cell) -> dict:
@@ -187,8 +196,13 @@ def run_exercises(student_nb, source_nb, folder: Path, options: GradingOptions =
     def test(cell, gid):
         run_test(cell, link, options, options.cell_timeout)
         errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-        outcomes[gid] = Outcome(not errors, f"{errors[0].ename}: {errors[0].evalue}" if errors else "",
-                                float(_meta(tests[gid]).get("points", 0)))
+        points = float(_meta(tests[gid]).get("points", 0))
+        score = None if errors else partial_score(cell)      # nbgrader's partial credit, as capped
+        if score is not None and score < points:
+            outcomes[gid] = Outcome(False, printed_hints(cell), points, score)
+        else:
+            outcomes[gid] = Outcome(not errors, f"{errors[0].ename}: {errors[0].evalue}" if errors else "",
+                                    points)
 
     with _lesson_run(Path(folder)):
         for i in needed_cells(nb):

@@ -86,16 +86,24 @@ class ExerciseFeedback(NbGraderPreprocessor):
             cell.metadata["autograder"] = {
                 "title": titles.get(meta.get("grade_id"), meta.get("grade_id", "")),
                 "failed": failed,
-                "hint": (hint_shown(cell) or _partial_hint(score, points)) if failed else ""}
+                "hint": (_error_hint(cell) or _partial_hint(score, points, hint_shown(cell)))
+                if failed else ""}
         return nb, resources
 
 
-def _partial_hint(score, points) -> str:
-    """The hint of a test that lost points without an error: it ended in a partial score."""
+def _error_hint(cell) -> str:
+    """The hint of a test that failed with an error ("" when it raised none)."""
+    errors = any(out.get("output_type") == "error" for out in cell.get("outputs", []))
+    return hint_shown(cell) if errors else ""
+
+
+def _partial_hint(score, points, printed="") -> str:
+    """The hint of a test that lost points without an error: it ended in a partial score, and
+    ``printed`` holds the hints it printed for the parts that failed (hint_shown)."""
     if score is not None and float(score) > 0:
         return (f"Partial credit: this test gave {float(score):g} of {float(points):g} points; "
-                "its output below says what is missing.")
-    return "This test failed; the error below says how."
+                + (printed if printed else "its output below says what is missing."))
+    return printed or "This test failed; the error below says how."
 
 
 # MathML (what tex_to_mathml writes; MathML Core, which browsers render) and its presentation

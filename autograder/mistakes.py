@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlexp.check import printed_hints
+
 from .cells import grade_id_of, is_test_cell
 
 __all__ = ["MISTAKES_FILE", "NO_MATCH", "NOT_GRADED", "Mistake", "load_mistakes",
@@ -90,13 +92,15 @@ def stale_mistakes(mistakes: dict, notebooks) -> list:
 
 def hint_shown(cell, limit: int = 1000) -> str:
     """What a failed test cell told the student: the message of its first error (the hint
-    itself for an AssertionError, else ``Type: message``); "" when it shows no error."""
+    itself for an AssertionError, else ``Type: message``); else the hints it printed (a test
+    that gave partial credit: it cannot raise, so it prints the hint of each part that failed,
+    ``mlexp.check.printed_hints``); "" when it shows neither."""
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
             ename, evalue = str(out.get("ename", "")), str(out.get("evalue", ""))
             text = evalue if ename == "AssertionError" and evalue else f"{ename}: {evalue}"
             return text.strip()[:limit]
-    return ""
+    return printed_hints(cell)[:limit]
 
 
 _TEST_LINE = re.compile(r"^\s*#\s*Test:\s*(.+?)(?:\s*\(\d+(?:\.\d+)?\s*points?\))?\s*(?:\.\s.*|\.)?$",

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "partial_score",
+__all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "partial_score", "printed_hints",
            "result_of", "format_report", "terminal_safe", "normal_text", "is_test_cell", "main"]
 
 HIDDEN_NOTE = "hidden tests run only when the course grades it"
@@ -97,6 +97,17 @@ def partial_score(cell):
     return None
 
 
+def printed_hints(cell) -> str:
+    """The hints a test cell printed (each line of its stdout that starts with ``Hint:``), joined
+    by spaces on one line as a raised hint is, "" when none: a test that gives partial credit
+    cannot raise, since an error scores 0, so it prints the hint of each part that failed and
+    ends in the points of those that passed."""
+    lines = [ln.strip() for out in cell.get("outputs", [])
+             if out.get("output_type") == "stream" and out.get("name") == "stdout"
+             for ln in "".join(out.get("text", "")).splitlines() if ln.strip().startswith("Hint:")]
+    return " ".join(lines)
+
+
 def result_of(cell, special=None) -> ExerciseResult:
     """The :class:`ExerciseResult` of an executed test cell; partial credit below the cell's
     points is a FAIL that says how many points it gave (capped at the points)."""
@@ -107,7 +118,9 @@ def result_of(cell, special=None) -> ExerciseResult:
     if score is not None:
         score = min(max(score, 0.0), points) if score == score else 0.0
         if score < points:
-            passed, message = False, f"partial credit: {score:g} of {points:g} points"
+            hints = printed_hints(cell)
+            passed, message = False, f"partial credit: {score:g} of {points:g} points" + \
+                (f". {hints}" if hints else "")
     return ExerciseResult(meta.get("grade_id", "?"), points, passed, message, timed_out, score)
 
 

@@ -49,12 +49,16 @@ STUDENT_MODULE = "__main__"   # the student namespace's __name__, as in a kernel
 
 @dataclass
 class Outcome:
-    """One test cell's verdict: "pass", "fail" (AssertionError) or "error" (any other exception)."""
+    """One test cell's verdict: "pass", "fail" (AssertionError), "error" (any other exception) or
+    "partial": it ran to its end but its last expression, nbgrader's partial credit, gave
+    ``score`` points, fewer than the cell's; its ``message`` is then the hints it printed."""
     status: str
     message: str = ""
+    score: float | None = None
 
     def __str__(self):
-        return f"{self.status}: {self.message}" if self.message else self.status
+        shown = f"{self.status} ({self.score:g} points)" if self.status == "partial" else self.status
+        return f"{shown}: {self.message}" if self.message else shown
 
 
 @dataclass
@@ -137,13 +141,23 @@ def _exec(source: str, ns: dict, name: str):
         exec(compile(source, f"<{name}>", "exec"), ns)
 
 
-def run_test_cell(source: str, ns: dict, name: str) -> Outcome:
+def run_test_cell(source: str, ns: dict, name: str, points: float = None) -> Outcome:
+    """Run a test cell; one that ends in a number below ``points`` (partial credit, as the
+    harness reads it: autograder.testcell) is "partial", with the "Hint:" lines it printed."""
+    tree = ast.parse(source)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    printed = io.StringIO()
     try:
-        _exec(source, ns, name)
+        with contextlib.redirect_stdout(printed):
+            exec(compile(tree, f"<{name}>", "exec"), ns)
+            value = None if last is None else eval(compile(ast.Expression(last.value), f"<{name}>", "eval"), ns)
     except AssertionError as exc:
         return Outcome("fail", str(exc))
     except Exception as exc:   # a test cell must turn every mistake into a hint, never crash
         return Outcome("error", f"{type(exc).__name__}: {exc}")
+    if points is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value < points:
+        hints = [ln.strip() for ln in printed.getvalue().splitlines() if ln.strip().startswith("Hint:")]
+        return Outcome("partial", " ".join(hints), max(float(value), 0.0))
     return Outcome("pass")
 
 
@@ -194,7 +208,8 @@ def run_lesson(lesson: str, answers: dict | None = None, *, mode: str = "grader"
                     ns = grader_namespace(student, run.violations)
                 else:
                     ns = dict(student)
-                run.outcomes[gid, part] = run_test_cell(source, ns, f"{lesson}:{gid}:{part}")
+                run.outcomes[gid, part] = run_test_cell(source, ns, f"{lesson}:{gid}:{part}",
+                                                        grade_meta(cell).get("points"))
     return run
 
 

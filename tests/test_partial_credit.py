@@ -148,3 +148,34 @@ def test_partial_credit_is_scored_capped_and_never_forged(tmp_path):
     assert floor.score == 6 + 1 + 1 + 0 + 1
     page = (tmp_path / "out" / "feedback" / "floor" / ASSIGNMENT / "toy.html").read_text()
     assert "Partial credit: this test gave 1 of 2 points" in page
+
+
+def test_a_partial_test_shows_the_hints_it_printed():
+    """A test that gives partial credit cannot raise (an error scores 0): it prints the hint of
+    each part that failed. That is its hint for the class report (hint_shown), the feedback page
+    (after the points it gave) and the self-check's FAIL line; a full score shows none."""
+    from nbformat.v4 import new_code_cell, new_output
+
+    from autograder.feedback import ExerciseFeedback
+    from autograder.mistakes import hint_shown
+    from mlexp.check import printed_hints, result_of
+
+    def cell(score, text):
+        c = new_code_cell("score", metadata={"nbgrader": {"grade": True, "solution": False,
+                                                          "grade_id": "t", "points": 3}})
+        c.outputs = [new_output("stream", name="stdout", text=text),
+                     new_output("execute_result", data={"text/plain": str(score)}, execution_count=None)]
+        return c
+
+    part = cell(1, "Hint: the pair was written as v k^T.\nnot a hint\n  Hint: read is off.\n")
+    assert printed_hints(part) == hint_shown(part) == "Hint: the pair was written as v k^T. Hint: read is off."
+    result = result_of(part)
+    assert not result.passed and result.score == 1
+    assert result.message.startswith("partial credit: 1 of 3 points. Hint: the pair was written as v k^T.")
+    nb = nbformat.v4.new_notebook(cells=[part])
+    part.metadata.nbgrader["score"] = 1
+    ExerciseFeedback().preprocess(nb, {})
+    assert part.metadata.autograder["hint"] == ("Partial credit: this test gave 1 of 3 points; "
+                                                "Hint: the pair was written as v k^T. Hint: read is off.")
+    full = cell(3, "write and read: visible tests passed.\n")
+    assert hint_shown(full) == "" and result_of(full).passed
