@@ -47,7 +47,8 @@ class Case:
     ``modes``: where the verdict holds (an answer that fools only the student's own run, by
     changing the test's tensors in place, is judged by the grader alone). ``slow``: left out of
     make test-fast (a correct variant that runs the whole of a costly test cell, where the solution
-    and a cheaper variant already guard the fast run); make test runs it.
+    and a cheaper variant already guard the fast run); make test runs it. ``partial``: the test gives
+    partial credit and this answer gets that many of its points, the hint printed, not raised.
     """
     lesson: str
     test: str
@@ -57,6 +58,7 @@ class Case:
     hidden_only: bool = False
     modes: tuple = MODES
     slow: bool = False
+    partial: float | None = None    # a test with partial credit gives these points for this answer
 
     @property
     def id(self):
@@ -66,15 +68,20 @@ class Case:
 ECHO = re.compile(r"(\b(got|returned|answered|gave)|=)\s*'?[\[(]?[-\d.,_ e]*[\])]?'?")
 
 
-def check_outcome(outcome, hint, where, lesson=None, answers=None):
+def check_outcome(outcome, hint, where, lesson=None, answers=None, partial=None):
     """``lesson``: also check that the hint, as printed, states none of the lesson's expected values
     (tests/answer_scan.py, the rule test_no_answers.py holds the notebooks to). A hint may echo the
     student's own answer: what follows "got", "returned", "answered", "gave" or "=" is not read, nor
-    a value the student's answer cells (``answers``, {grade_id: source}) hold as typed."""
+    a value the student's answer cells (``answers``, {grade_id: source}) hold as typed.
+    ``partial``: the test gives that many of its points (partial credit) and prints the hint."""
     if hint is None:
         assert outcome.status == "pass", f"{where}: {outcome}"
     else:
-        assert outcome.status == "fail", f"{where}: expected a hint with {hint!r}, got {outcome}"
+        if partial is None:
+            assert outcome.status == "fail", f"{where}: expected a hint with {hint!r}, got {outcome}"
+        else:
+            assert (outcome.status, outcome.score) == ("partial", partial), \
+                f"{where}: expected {partial:g} points (partial credit) and a hint with {hint!r}, got {outcome}"
         assert outcome.message.startswith("Hint:"), f"{where}: {outcome}"
         assert hint in outcome.message, f"{where}: expected {hint!r}, got {outcome.message!r}"
         if lesson is not None:
@@ -321,8 +328,11 @@ CASES += [
 L02 = "02_fixed_state_recall"
 
 
-def l02(test, grade_id, name, source, hint=None, hidden_only=False, modes=MODES):
-    return Case(L02, test, name, {grade_id: source}, hint, hidden_only, modes)
+def l02(test, grade_id, name, source, hint=None, hidden_only=False, modes=MODES, partial=None):
+    return Case(L02, test, name, {grade_id: source}, hint, hidden_only, modes, partial=partial)
+
+
+WRITE, READ, NOT_YET = "return S + torch.outer(k, v)", "return q @ S", "raise NotImplementedError()"
 
 
 def largest(body):
@@ -359,7 +369,15 @@ CASES += [
     # Issue 25, item 1: the factor-two slip hidden by doubling the test's own v in place.
     l02("test_write_read", "write_read", "factor two, v doubled in place",
         "def write(S, k, v):\n    v.mul_(2)\n    return S + torch.outer(k, v)\n\ndef read(S, q):\n    return q @ S",
-        "write changed v in place", modes=("grader",)),   # in the student's own run it fools only them
+        "write changed v in place", modes=("grader",), partial=1),   # in the student's own run it fools only them
+    # Partial credit (issue 38, item 6): write (2 points) and read (1 point) score apart; each
+    # part's hint is printed, and a test with no part right fails with every hint.
+    l02("test_write_read", "write_read", "write only, read not written", sol(L02, "write_read", (READ, NOT_YET)),
+        "read is not written yet", partial=2),
+    l02("test_write_read", "write_read", "read only, write not written", sol(L02, "write_read", (WRITE, NOT_YET)),
+        "write is not written yet", partial=1),
+    l02("test_write_read", "write_read", "write keeps the last pair, read S q",
+        sol(L02, "write_read", (WRITE, "return torch.outer(k, v)"), (READ, "return S @ q")), "only the last pair is left"),
     l02("test_crosstalk", "crosstalk", "read minus value", "def crosstalk(keys, values):\n    return keys @ keys.T @ values - values"),
     l02("test_crosstalk", "crosstalk", "unforeseen: float32 noise rounded in the hint",
         "def crosstalk(keys, values):\n    return (keys @ keys.T @ values - values) * 1.1", "got [["),
@@ -905,8 +923,8 @@ GROWTH = "along_k = 1.0 - beta * float(k @ k)"
 PAIRS_IN = "    return T                    #"
 
 
-def _case(lesson, test, grade_id, name, edits, hint):
-    return Case(lesson, test, name, {grade_id: sol(lesson, grade_id, *edits)}, hint)
+def _case(lesson, test, grade_id, name, edits, hint, partial=None):
+    return Case(lesson, test, name, {grade_id: sol(lesson, grade_id, *edits)}, hint, partial=partial)
 
 
 CASES += [
@@ -946,17 +964,17 @@ CASES += [
     _case(L05, "test_inattention_kv", "inattention_kv", "k and v swapped",
           [("k = w_k(y_norm)", "k = w_v(y_norm)"), ("v = w_v(y_norm)", "v = w_k(y_norm)")], "k and v are swapped"),
     _case(L05, "test_attention_pairs", "attention_pairs", "last position not itself",
-          [(PAIRS_IN, "    return T - 1                #")], "leaves out the last position attending itself"),
+          [(PAIRS_IN, "    return T - 1                #")], "leaves out the last position attending itself", partial=2),
     _case(L05, "test_attention_pairs", "attention_pairs", "one pair", [(PAIRS_IN, "    return 1                    #")],
-          "one query, but it is scored against every key"),
+          "one query, but it is scored against every key", partial=2),
     _case(L05, "test_attention_pairs", "attention_pairs", "mlexp.inattention's count",
           [("return T * (T + 1) // 2", "return __import__('mlexp.inattention').inattention.attention_pairs(T, 'standard')")],
-          "Count the pairs yourself, not with mlexp.inattention"),
+          "Count the pairs yourself, not with mlexp.inattention", partial=2),
     _case(L05, "test_attention_pairs", "attention_pairs", "the library imported for the last query",
           [(PAIRS_IN, "    from mlexp.inattention import attention_pairs\n    return attention_pairs(T, 'inattention')  #")],
-          "Count the pairs yourself, not with mlexp.inattention"),
+          "Count the pairs yourself, not with mlexp.inattention", partial=1),
     _case(L05, "test_attention_pairs", "attention_pairs", "no diagonal",
-          [("return T * (T + 1) // 2", "return T * (T - 1) // 2")], "leaves out the diagonal"),
+          [("return T * (T + 1) // 2", "return T * (T - 1) // 2")], "leaves out the diagonal", partial=1),
     _case(L05, "test_cache_per_token", "cache_per_token", "one layer",
           [("return 2 * n_layers * n_kv_heads * head_dim", "return 2 * n_kv_heads * head_dim")], "is one layer's cache"),
 ]
@@ -969,9 +987,49 @@ def test_answer_gets_its_verdict(case):
         run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test})
         assert not run.violations, run.violations
         where = f"{case.id} ({mode})"
-        check_outcome(run.outcomes[case.test, "full"], case.hint, where + " full", case.lesson, case.answers)
+        check_outcome(run.outcomes[case.test, "full"], case.hint, where + " full", case.lesson, case.answers,
+                      case.partial)
         visible_hint = None if case.hidden_only else case.hint
-        check_outcome(run.outcomes[case.test, "visible"], visible_hint, where + " visible", case.lesson, case.answers)
+        check_outcome(run.outcomes[case.test, "visible"], visible_hint, where + " visible", case.lesson, case.answers,
+                      case.partial)
+
+
+PARTIAL_CREDIT = [   # (lesson, test, answer cell, edits: one part right, one wrong), the points, the wrong part's hint
+    (L02, "test_write_read", "write_read", [(READ, "return S @ q")], 2, "read returned S q"),
+    (L02, "test_write_read", "write_read", [(WRITE, "return S + torch.outer(v, k)")], 1, "written as v k^T"),
+    (L05, "test_attention_pairs", "attention_pairs", [("return T * (T + 1) // 2", "return T * T")], 1,
+     "counts the full T x T square"),
+    (L05, "test_attention_pairs", "attention_pairs", [(PAIRS_IN, "    return T * (T + 1) // 2  #")], 2,
+     "is the standard count"),
+]
+
+
+@pytest.mark.parametrize("lesson, test, grade_id, edits, points, hint", PARTIAL_CREDIT,
+                         ids=[f"{c[0][:2]}-{c[1]}-{c[4]}" for c in PARTIAL_CREDIT])
+def test_an_answer_with_one_part_right_gets_part_of_the_points(lesson, test, grade_id, edits, points, hint):
+    """Issue 38, item 6: the two exercises with partial credit (write and read of lesson 02, the
+    attention pairs of lesson 05) give the points of the part that is right, more than 0 and less
+    than the test's, in the grader's run and in the student's own, and print the hint of the part
+    that is wrong, which the class report files under its catalogued mistake."""
+    from pathlib import Path
+    from autograder.mistakes import load_mistakes, match_mistake
+    assert 0 < points < points_per_test(lesson)[test]
+    answers = {grade_id: sol(lesson, grade_id, *edits)}
+    for mode in MODES:
+        outcome = run_lesson(lesson, answers, mode=mode, only={test}).outcomes[test, "full"]
+        assert (outcome.status, outcome.score) == ("partial", points), (mode, outcome)
+        assert outcome.message.startswith("Hint:") and hint in outcome.message, (mode, outcome)
+    mistakes = load_mistakes(Path(__file__).resolve().parent.parent, lesson)
+    assert match_mistake(mistakes, test, outcome.message) is not None, outcome.message
+
+
+def test_an_exercise_with_no_part_right_fails_with_the_hint_of_each_part():
+    """Partial credit never turns a wholly wrong answer into a pass or a silent 0: with both write
+    and read wrong the test raises, and its message holds both parts' hints."""
+    answers = {"write_read": sol(L02, "write_read", (WRITE, "return S + torch.outer(v, k)"), (READ, "return S @ q"))}
+    outcome = run_lesson(L02, answers, only={"test_write_read"}).outcomes["test_write_read", "full"]
+    assert outcome.status == "fail", outcome
+    assert "written as v k^T" in outcome.message and "read returned S q" in outcome.message, outcome
 
 
 FAST_STUDENTS = 2   # per lesson, in catalogue order, in make test-fast; make test runs every student
@@ -997,9 +1055,10 @@ def test_catalogued_student_gets_its_score_and_hints(lesson, student):
         for test, pts in points.items():
             hint = spec["expect"]["hints"].get(test)
             visible = None if test in spec["expect"].get("hidden_only", ()) else hint   # judged at grading only
-            check_outcome(run.outcomes[test, "full"], hint, f"{student} {test} ({mode})", lesson, answers)
-            check_outcome(run.outcomes[test, "visible"], visible, f"{student} {test} visible ({mode})", lesson, answers)
-            score += pts if run.outcomes[test, "full"].status == "pass" else 0
+            check_outcome(run.outcomes[test, "full"], hint, f"{student} {test} ({mode})", lesson, answers, partial)
+            check_outcome(run.outcomes[test, "visible"], visible, f"{student} {test} visible ({mode})", lesson, answers,
+                          partial)
+            score += pts if run.outcomes[test, "full"].status == "pass" else (partial or 0)
         assert (score, sum(points.values())) == (spec["expect"]["score"], spec["expect"]["max_score"])
 
 
@@ -1063,6 +1122,7 @@ def test_lesson01_your_turn_separates_every_slip():
     for a, pa in rounded.items():
         for b, pb in rounded.items():
             assert a == b or max(abs(x - y) for x, y in zip(pa, pb)) > 0.05, (a, b, pa, pb)
+            partial = spec["expect"].get("partial", {}).get(test)   # points of a test with partial credit
 
 
 # ------------------------------------------------------------------------------ the catalogue follows the hints

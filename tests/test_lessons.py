@@ -26,6 +26,7 @@ from autograder.collect import collect
 from autograder.config import KERNEL_ARGS, list_assignments
 from autograder.demo import load_catalog
 from autograder.grade import BASE_COLUMNS, DEMO_SUBMISSIONS
+from mlexp.check import printed_hints
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = list_assignments(REPO)
@@ -167,20 +168,26 @@ def test_demo_student_gets_catalogued_score_and_hints(graded_lessons, assignment
     expect = CATALOG[assignment]["students"][student]["expect"]
     row = rows[(student, assignment)]
     assert (float(row["score"]), float(row["max_score"])) == (expect["score"], expect["max_score"])
+    partial = expect.get("partial", {})     # a test with partial credit gives part of its points
     for grade_id, hint in expect["hints"].items():
-        assert float(row[grade_id]) == 0, f"{student}: {grade_id} should fail"
+        assert float(row[grade_id]) == partial.get(grade_id, 0), f"{student}: {grade_id} should fail"
     feedback = out / "feedback" / student / assignment / CATALOG[assignment]["notebook"].replace(
         ".ipynb", ".html")
     text = page_text(feedback)
     for grade_id, hint in expect["hints"].items():
         assert hint in text, f"{student}: hint for {grade_id} missing from the feedback"
-    # The failing test's hint is in its own cell's output in the autograded notebook.
+    # The failing test's hint is in its own cell's output in the autograded notebook: its error,
+    # or (a test that gave partial credit, which cannot raise) the hints it printed.
     autograded = nbformat.read(out / "work" / "autograded" / student / assignment /
                                CATALOG[assignment]["notebook"], as_version=4)
     cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in autograded.cells}
     for grade_id, hint in expect["hints"].items():
         errors = [o for o in cells[grade_id].outputs if o.output_type == "error"]
-        assert errors and hint in f"{errors[0].ename}: {errors[0].evalue}", (student, grade_id)
+        if grade_id in partial:
+            assert not errors and hint in printed_hints(cells[grade_id]), (student, grade_id)
+            assert f"Partial credit: this test gave {partial[grade_id]:g} of" in text, (student, grade_id)
+        else:
+            assert errors and hint in f"{errors[0].ename}: {errors[0].evalue}", (student, grade_id)
 
 
 def insight_rows(out: Path) -> list:
