@@ -171,15 +171,10 @@ SPACES = {
         0, 2 * 32 * 8 * 128 * 2, why=f"{_INT} bytes, at most twice the product of the arguments the lesson names"),
     ("00_token_mixing", "test_kv_bytes", "mha_over_gqa"): Space(
         0, 32, step=0.25, why="a ratio of two caches that differ in the number of kv heads (32 and 8): a few quarters at most"),
-    # lesson 01
-    ("01_running_sum", "test_cost_per_token", "got"): Space(
-        0, 16 * 10 * 4, why=f"{_INT} count of operations, a small multiple of t * d = 40 (or of d^2 = 16)"),
     # lesson 02
     ("02_fixed_state_recall", "test_cache_vs_state", "got"): Space(
         0, 128 * 128, why=f"{_INT} number of tokens, at most d_k d_v = 16,384"),
     # lesson 03
-    ("03_gates_and_delta_rule", "test_decay_memory", "got_memory"): Space(
-        0, 1000, why=f"{_INT} for gamma = 0.9: 1 / (1 - 0.9) = 10 is whole, so whole numbers up to 1,000 include it"),
     ("03_gates_and_delta_rule", "test_decay_memory", "got_half"): Space(
         1, 100, sig6=True, why="a real number of tokens between 1 and 100, compared to 6 significant digits"),
     # lesson 04
@@ -217,9 +212,7 @@ PENDING = {
     ("00_token_mixing", "test_kv_bytes", "kv_bytes_per_token(4, 1, 16, 4)"),
     ("00_token_mixing", "test_kv_bytes", "gqa_bytes"),
     ("00_token_mixing", "test_kv_bytes", "mha_over_gqa"),
-    ("01_running_sum", "test_cost_per_token", "got"),
     ("02_fixed_state_recall", "test_cache_vs_state", "got"),
-    ("03_gates_and_delta_rule", "test_decay_memory", "got_memory"),
     ("04_hybrid_kv_cache", "test_attention_layers", "got"),
     ("04_hybrid_kv_cache", "test_jamba_cache", "got"),
     ("04_hybrid_kv_cache", "test_pure_attention", "got"),
