@@ -878,6 +878,7 @@ def parallel_scalar_gate(q, k, v, g):
         out.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))
     return torch.stack(out, dim=2)
 """
+STATE_LINE = "numbers += n_heads * head_dim * head_dim"
 MEMORY_FROM_CAPSTONE = """
 def memory_per_sequence(layers, context, dim=64, n_heads=4, window=None, bytes_per_number=2):
     from mlexp.capstone import Design
@@ -919,6 +920,65 @@ CASES += [
     # The memory of a design: plain Python, not mlexp.capstone.memory_bytes.
     Case(L06, "test_memory", "solution", {}),
     Case(L06, "test_memory", "memory_bytes", {"memory": MEMORY_FROM_CAPSTONE}, "not mlexp.capstone.memory_bytes"),
+    Case(L06, "test_memory", "recurrent layers left out", {"memory": sol(L06, "memory", (STATE_LINE, "pass"))},
+         "the Gated DeltaNet layers of the hybrid were left out"),
+    Case(L06, "test_memory", "a state per token", {"memory": sol(L06, "memory", (STATE_LINE, STATE_LINE + " * context"))},
+         "the recurrent state was counted once per token"),
+]
+
+BUDGET_RETURN = "    return max(fits)[2] if fits else None"
+
+
+def l06_budget(name, *edits, hint=None, source=None):
+    return Case(L06, "test_budget", name, {"budget": source or sol(L06, "budget", *edits)}, hint)
+
+
+BUDGET_LOOP = """
+def best_under_budget(table, budget_bytes):
+    best = None
+    for name, (n_bytes, accuracy) in table.items():
+        if n_bytes > budget_bytes:
+            continue
+        if best is None or accuracy > table[best][1] or (accuracy == table[best][1] and n_bytes < table[best][0]):
+            best = name
+    return best
+"""
+BUDGET_FIRST_IN_TABLE = """
+def best_under_budget(table, budget_bytes):
+    fits = {name: accuracy for name, (n_bytes, accuracy) in table.items() if n_bytes <= budget_bytes}
+    return max(fits, key=fits.get) if fits else None
+"""
+
+CASES += [
+    # Issue 40: the budget's ties are broken by bytes in two tables where name order and byte order
+    # disagree, so a tie broken by name (either way) or by the order of the table fails with its own
+    # hint; the least accurate design is not the smallest, so it gets its own hint too.
+    l06_budget("solution"),
+    l06_budget("sorted by accuracy, then bytes", (BUDGET_RETURN, "    return sorted(fits, key=lambda f: (-f[0], -f[1]))[0][2] if fits else None")),
+    l06_budget("a loop with an explicit tie rule", source=BUDGET_LOOP),
+    l06_budget("ties by the later name", ("(accuracy, -n_bytes, name)", "(accuracy, name, n_bytes)"), (BUDGET_RETURN, "    return max(fits)[1] if fits else None"),
+               hint="The tie was broken by the names"),
+    l06_budget("ties by the earlier name", (BUDGET_RETURN, "    return min(fits, key=lambda f: (-f[0], f[2]))[2] if fits else None"),
+               hint="The tie was broken by the names"),
+    l06_budget("ties by the first in the table", source=BUDGET_FIRST_IN_TABLE, hint="The tie was broken by the names"),
+    l06_budget("least accurate", (BUDGET_RETURN, "    return min(fits)[2] if fits else None"), hint="the least accurate design that fits"),
+    # A softmax in the parallel form is named as such, and no hint prints the expected mask.
+    l06_gate("softmax of the decayed scores",
+             (GATE_OUT, 'return torch.softmax((L * (q @ k.transpose(-1, -2))).masked_fill(~causal, float("-inf")), -1) @ v'),
+             hint="the scores went through a softmax"),
+    l06_gate("decay times a softmax of the scores",
+             (GATE_OUT, 'return (L * torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf")), -1)) @ v'),
+             hint="the scores went through a softmax"),
+    l06_gate("scaled softmax of the decayed scores",
+             (GATE_OUT, 'return torch.softmax((L * (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5).masked_fill(~causal, float("-inf")), -1) @ v'),
+             hint="the scores went through a softmax"),
+    l06_gate("decay as a softmax bias",
+             (GATE_OUT, 'return torch.softmax((q @ k.transpose(-1, -2)) + torch.where(causal, diff, float("-inf")), -1) @ v'),
+             hint="every row of L sums to 1"),
+    l06_gate("the decay mask of a later gate", (GATE_MASK, 'L = torch.where(causal, diff, float("-inf")).exp() ** 2'),
+             hint="should hold the products alpha_(s+1) ... alpha_t"),
+    l06_gate("cumulative sum from the end", ("b = g.cumsum(dim=-1)", "b = g.flip(-1).cumsum(dim=-1).flip(-1)"),
+             hint="should hold the products alpha_(s+1) ... alpha_t"),
 ]
 
 
@@ -1195,7 +1255,7 @@ def test_every_slip_hint_has_a_catalogue_entry(lesson):
 
 
 @pytest.mark.slow   # reruns each lesson's hinted answer cases: left out of make test-fast (under 3 min); make test runs it
-@pytest.mark.parametrize("lesson", LESSONS)
+@pytest.mark.parametrize("lesson", ALL_LESSONS)
 def test_every_catalogued_mistake_is_made_by_a_demo_student_or_an_answer_case(lesson):
     """Each mistake of solutions/<id>/mistakes.json is made somewhere the grader is held to it:
     by a demo student (autograder/demo/catalog) or by an answer case above, whose hint the grader
@@ -1213,3 +1273,16 @@ def test_every_catalogued_mistake_is_made_by_a_demo_student_or_an_answer_case(le
             made.add(match_mistake(mistakes, case.test, outcome.message))
     assert not set(mistakes) - made, (f"no demo student or answer case makes "
                                       f"{sorted(set(mistakes) - made)}: add one to tests/test_exercises.py")
+
+
+def test_lesson06_states_the_dtype_rule_where_the_student_reads_it():
+    """Issue 40: test_parallel_gate fails a float64 output for float32 inputs, so the docstring of the
+    released answer cell (what the student edits) states the rule, and so does the exercise's text."""
+    import ast
+    from exercise_runner import released_notebook
+    nb = released_notebook(L06)
+    cell = next(c for c in nb.cells if grade_meta(c).get("grade_id") == "parallel_gate")
+    docstring = ast.get_docstring(ast.parse(cell.source).body[0])
+    assert "the inputs' dtype" in docstring and "float32 in, float32 out" in docstring, docstring
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "float32 in, float32 out" in text
