@@ -106,6 +106,7 @@ def l01_turn(name, answer, hint=None):
     return Case(L01, "test_your_turn", name, {"your_turn_answer": answer}, hint,
                 hidden_only=hint is not None and hint not in YOUR_TURN_FORM)
 
+
 def l01_rec(name, *edits, hint=None, hidden_only=False, source=None):
     return Case(L01, "test_recurrent_form", name,
                 {"recurrent_form": source or sol(L01, "recurrent_form", *edits)}, hint, hidden_only)
