@@ -1038,10 +1038,10 @@ CASES += [
           "one query, but it is scored against every key", partial=2),
     _case(L05, "test_attention_pairs", "attention_pairs", "mlexp.inattention's count",
           [("return T * (T + 1) // 2", "return __import__('mlexp.inattention').inattention.attention_pairs(T, 'standard')")],
-          "Count the pairs yourself, not with mlexp.inattention", partial=2),
+          "Count the pairs yourself, not with mlexp.inattention", partial=1),
     _case(L05, "test_attention_pairs", "attention_pairs", "the library imported for the last query",
           [(PAIRS_IN, "    from mlexp.inattention import attention_pairs\n    return attention_pairs(T, 'inattention')  #")],
-          "Count the pairs yourself, not with mlexp.inattention", partial=1),
+          "Count the pairs yourself, not with mlexp.inattention", partial=2),
     _case(L05, "test_attention_pairs", "attention_pairs", "no diagonal",
           [("return T * (T + 1) // 2", "return T * (T - 1) // 2")], "leaves out the diagonal", partial=1),
     _case(L05, "test_cache_per_token", "cache_per_token", "one layer",
@@ -1123,6 +1123,7 @@ def test_catalogued_student_gets_its_score_and_hints(lesson, student):
         score = 0
         for test, pts in points.items():
             hint = spec["expect"]["hints"].get(test)
+            partial = spec["expect"].get("partial", {}).get(test)   # points of a test with partial credit
             visible = None if test in spec["expect"].get("hidden_only", ()) else hint   # judged at grading only
             check_outcome(run.outcomes[test, "full"], hint, f"{student} {test} ({mode})", lesson, answers, partial)
             check_outcome(run.outcomes[test, "visible"], visible, f"{student} {test} visible ({mode})", lesson, answers,
@@ -1191,7 +1192,6 @@ def test_lesson01_your_turn_separates_every_slip():
     for a, pa in rounded.items():
         for b, pb in rounded.items():
             assert a == b or max(abs(x - y) for x, y in zip(pa, pb)) > 0.05, (a, b, pa, pb)
-            partial = spec["expect"].get("partial", {}).get(test)   # points of a test with partial credit
 
 
 # ------------------------------------------------------------------------------ the catalogue follows the hints
