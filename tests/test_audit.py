@@ -62,6 +62,10 @@ def test_the_issues_attacks_are_caught_by_reading(l01):
     paste = found["l01_pastes_library"]
     assert [what for _, what in paste.copies] == ["_scan is the code of mlexp.ops.linear._recurrent"]
     assert not paste.forbidden and not paste.dynamic
+    # the report scrubbed on its way out while the swapped watcher runs, both put back at the end
+    scrub = found["l01_rewrites_the_report"]
+    assert list(scrub.forbidden) == ["test_recurrent_form"]
+    assert any("IPython's shell" in what for _, what in scrub.dynamic)
     for audit in found.values():
         assert audit.reasons(), "each attack is held for a person to look at"
 

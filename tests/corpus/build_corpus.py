@@ -132,6 +132,7 @@ L01_CASES = {
     "l01_swaps_trace": ("needs manual review", 7, "replaces mlexp.rules.Trace"),
     "l01_execs_library_source": ("needs manual review", 10, "imports inspect"),
     "l01_pastes_library": ("needs manual review", 10, "_scan is the code of mlexp.ops.linear._recurrent"),
+    "l01_rewrites_the_report": ("needs manual review", 7, "IPython's shell"),
 }
 L00_CASES = {
     "l00_equal_objects": ("graded", 0, ""),
@@ -683,6 +684,25 @@ def recurrent_linear_attention(q, k, v, normalize=True):
 """
 
 
+# The report rewritten on its way out (IPython's display publisher), the watcher swapped only
+# while the tests run, both put back in the notebook's last cell.
+REWRITES_THE_REPORT = SWAPS_TRACE + """
+_Real = _Quiet.__bases__[0]
+ip = get_ipython()
+_publish = ip.display_pub.publish
+
+
+def _scrubbed(data, *args, **kwargs):
+    data = {key: value.replace("mlexp.rules.Trace", "") if isinstance(value, str) else value
+            for key, value in data.items()}
+    return _publish(data, *args, **kwargs)
+
+
+ip.display_pub.publish = _scrubbed
+"""
+PUTS_IT_BACK = "ip.display_pub.publish = _publish\nmlexp.rules.Trace = _Real\n"
+
+
 def pasted_library_function(path, name, new_name) -> str:
     """The library function ``name`` of the file ``path`` as a student would paste it: renamed,
     every argument and local name changed, docstring and comments gone."""
@@ -717,6 +737,11 @@ def lesson01_rule_cases(lesson, solution, repo) -> dict:
         i = _index(nb, "recurrent_form")
         nb.cells[i].source += "\n\n" + source
         cases[student] = {f"{L01}/{L01}.ipynb": nb}
+    nb = copy.deepcopy(good)
+    i = _index(nb, "recurrent_form")
+    nb.cells[i].source += "\n\n" + REWRITES_THE_REPORT
+    nb.cells.append(new_code_cell(PUTS_IT_BACK))
+    cases["l01_rewrites_the_report"] = {f"{L01}/{L01}.ipynb": nb}
     return cases
 
 
