@@ -296,11 +296,21 @@ def _dynamic(tree, names: _Names) -> list:
     def say(what):
         if what not in said:
             said.append(what)
+    asked = set()      # globals() in `"name" in globals()`: asks whether a name exists, moves nothing
     for node in ast.walk(tree):
         call = _ipython_call(node)
         if call is not None and call[0] in ("run_line_magic", "run_cell_magic") and call[1] in SAFE_MAGICS:
             magic_shells.add(id(node.func.value))     # IPython's own call for %time and the like
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            asked.update(id(c) for c in node.comparators)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("globals", "locals") and id(node) not in asked:
+            say(f"reaches the notebook's names by string ({node.func.id}())")
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names) and node.module \
+                and node.module.split(".")[0] in ("mlexp", "torch", "numpy"):
+            say(f"imports every name of {node.module} (*), so the grader cannot tell which one a "
+                "function uses")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id == "get_ipython" and id(node) not in magic_shells:
             say("uses IPython's shell (get_ipython()), which decides how cells run and how "

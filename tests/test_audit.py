@@ -108,6 +108,9 @@ def test_a_forbidden_module_reached_by_any_name_fails_the_rule(l01, answer, reac
      "IPython's shell"),
     ("from IPython import get_ipython as g\ng().kernel.session.send = print", "imports IPython"),
     ("import ipykernel.kernelbase", "imports ipykernel"),
+    ("def recurrent_linear_attention(q, k, v, normalize=True):\n"
+     "    return globals()['linear' + '_attention'](q, k, v, normalize=normalize)[0]", "by string (globals())"),
+    ("from mlexp.ops import *", "imports every name of mlexp.ops"),
 ])
 def test_code_the_grader_cannot_read_is_flagged(l01, code, said):
     lesson, _, good = l01
@@ -188,5 +191,6 @@ def test_the_audit_outranks_the_kernel(l01):
 def test_magics_and_displays_a_lesson_uses_are_not_flagged(l01):
     lesson, _, good = l01
     code = ("%matplotlib inline\nfrom IPython.display import display, Markdown\n"
+            "if 'x' not in globals():\n    x = 1\n"
             "%time x = sum(range(10))\ndisplay(Markdown('**done**'))")
     assert audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson)).reasons() == []
