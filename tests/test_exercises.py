@@ -1049,6 +1049,36 @@ CASES += [
 ]
 
 
+CASES += [
+    # Lesson 04: the form its visible part checks, now that the values are checked at grading (issue 39, item 4).
+    l04_layers("in reverse order", "return [i for i in range(n_layers) if i % period == offset][::-1]",
+               "once, in increasing order"),
+    l04_layers("negative indices", "return [i - n_layers for i in range(n_layers) if i % period == offset]",
+               "layer indices start at 0"),
+    Case(L04, "test_jamba_cache", "negative", {"jamba_cache": sol(L04, "jamba_cache", (JAMBA, JAMBA.replace("= kv_cache_gib(", "= -kv_cache_gib(")))},
+         "a finite, positive number"),
+    l04_pure("saving not a number", ("hybrid_saving = pure_attention_256k_gib / jamba_gib", "hybrid_saving = float('nan')"),
+             "a finite, positive number"),
+    Case(L04, "test_crossover", "zero", {"crossover": sol(L04, "crossover", (CROSS, "return 0"))}, "of positive size"),
+]
+
+# Issue 39, item 4: where an answer comes from a small space, the visible part checks only its form and
+# the hidden part its value (and each catalogued wrong value), so a hint on the value is given at grading
+# only. {(lesson, test): the hints the visible part still gives: form, rules, missing code}.
+FORM_HINTS = {
+    (L04, "test_attention_layers"): ("not written yet", "not defined", "Use plain Python", "write it yourself",
+                                     "not how many there are", "a list of ints", "once, in increasing order",
+                                     "layer indices start at 0"),
+    (L04, "test_jamba_cache"): ("not written yet", "not defined", "Use plain Python", "write it yourself",
+                                "ignores bytes_per_number", "a finite, positive number"),
+    (L04, "test_pure_attention"): ("not defined", "a finite, positive number"),
+    (L04, "test_crossover"): ("not written yet", "not defined", "Use plain Python", "write it yourself",
+                              "a fraction of a token", "should return a number of tokens", "of positive size"),
+}
+CASES = [replace(c, hidden_only=True) if c.hint is not None and (c.lesson, c.test) in FORM_HINTS
+         and not any(h in c.hint for h in FORM_HINTS[c.lesson, c.test]) else c for c in CASES]
+
+
 # ------------------------------------------------------------------------------ the tests
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=pytest.mark.slow if c.slow else ()) for c in CASES])
 def test_answer_gets_its_verdict(case):

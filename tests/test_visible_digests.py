@@ -177,18 +177,6 @@ SPACES = {
     # lesson 03
     ("03_gates_and_delta_rule", "test_decay_memory", "got_half"): Space(
         1, 100, sig6=True, why="a real number of tokens between 1 and 100, compared to 6 significant digits"),
-    # lesson 04
-    ("04_hybrid_kv_cache", "test_attention_layers", "got"): Space(
-        1, 48 * 48, why="a list of the layers i with i % period == offset: one list per (period, offset), "
-                        "offset < period <= 48 layers, at most 48^2 of them"),
-    ("04_hybrid_kv_cache", "test_jamba_cache", "got"): Space(
-        0, 256, step=0.125, why="GiB of a cache of whole powers of two (4 layers, 8 heads, 128, 256K tokens): multiples of 1/8 up to 256"),
-    ("04_hybrid_kv_cache", "test_pure_attention", "got"): Space(
-        0, 256, step=0.125, why="GiB of a cache of whole powers of two: multiples of 1/8 up to 256"),
-    ("04_hybrid_kv_cache", "test_pure_attention", "saving"): Space(
-        0, 64, step=0.25, why="a ratio of two caches of whole powers of two: quarters up to 64"),
-    ("04_hybrid_kv_cache", "test_crossover", "got"): Space(
-        0, 10 ** 5, why=f"{_INT} number of tokens: the state in bytes over a cache per token, under 100,000"),
     # lesson 05
     ("05_inattention", "test_attention_pairs", "got"): Space(
         0, 6 * 6, why=f"{_INT} count of (t, s) pairs for T = 6: at most T^2 = 36"),
@@ -213,11 +201,6 @@ PENDING = {
     ("00_token_mixing", "test_kv_bytes", "gqa_bytes"),
     ("00_token_mixing", "test_kv_bytes", "mha_over_gqa"),
     ("02_fixed_state_recall", "test_cache_vs_state", "got"),
-    ("04_hybrid_kv_cache", "test_attention_layers", "got"),
-    ("04_hybrid_kv_cache", "test_jamba_cache", "got"),
-    ("04_hybrid_kv_cache", "test_pure_attention", "got"),
-    ("04_hybrid_kv_cache", "test_pure_attention", "saving"),
-    ("04_hybrid_kv_cache", "test_crossover", "got"),
     ("05_inattention", "test_attention_pairs", "got"),
     ("05_inattention", "test_cache_per_token", "got"),
     ("06_recall_per_byte", "test_memory", "(got := answer(hybrid, 64))"),
