@@ -45,7 +45,7 @@ LESSONS = {lesson.id: lesson for lesson in (
     Lesson("05_inattention", "InAttention: attend to the initial states", 60,
            "the recall probe (two models of 1,000 steps), the prefill memory sweep and the small "
            "language models"),
-    Lesson("06_recall_per_byte", "Recall per byte: the capstone", 75, "training the nine designs of section 3"),
+    Lesson("06_recall_per_byte", "Recall per byte: the capstone", 75, "training the designs of section 3"),
 )}
 
 # The course's GitHub repository as "owner/name". PLACEHOLDER_REPO until the course is published;

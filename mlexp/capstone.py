@@ -18,12 +18,13 @@ __all__ = ["LAYER_KINDS", "Design", "lesson_designs", "RecallLM", "build_model",
            "CapstoneConfig", "train_and_score", "pareto_front"]
 
 # One word per layer kind. "attention" keeps a KV cache of every token, "window" one of the last
-# `window` tokens, "gated_delta" and "decay" (a scalar-decay linear attention) a fixed state per head, "inattention" reads keys and
+# `window` tokens, "gated_delta", "gated_additive" (Gated DeltaNet with an additive write: the control) and "decay" (a
+# scalar-decay linear attention) a fixed state per head, "inattention" reads keys and
 # values from the initial states Y (lesson 05), so what it keeps per token is one y. "based" is Based's
 # linear attention with the Taylor feature map (mlexp.mixers.TaylorLinearAttention): a fixed state per head of
 # (1 + d' + d'^2) x head_dim numbers and a normaliser of 1 + d' + d'^2, for keys of d' = feature_dim numbers.
-LAYER_KINDS = ("attention", "window", "gated_delta", "decay", "inattention", "based")
-RECURRENT_KINDS = ("gated_delta", "decay")     # head_dim x head_dim states; "based" is counted on its own
+LAYER_KINDS = ("attention", "window", "gated_delta", "gated_additive", "decay", "inattention", "based")
+RECURRENT_KINDS = ("gated_delta", "gated_additive", "decay")     # head_dim x head_dim states; "based" is counted on its own
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,9 @@ class Design:
 
     @property
     def pattern(self) -> str:
-        """One letter per layer: A attention, W window, G gated delta, D decay, I InAttention, B Based's Taylor linear attention."""
-        return "".join({"attention": "A", "window": "W", "gated_delta": "G", "decay": "D",
+        """One letter per layer: A attention, W window, G gated delta, C its additive control, D decay, I InAttention,
+        B Based's Taylor linear attention."""
+        return "".join({"attention": "A", "window": "W", "gated_delta": "G", "gated_additive": "C", "decay": "D",
                         "inattention": "I", "based": "B"}[k] for k in self.layers)
 
 
@@ -65,7 +67,10 @@ def lesson_designs(n_layers: int = 4, placements=(0, 3), windows=(8, 32), based_
     attention (every layer attention); gated_delta (every layer Gated DeltaNet); decay (every
     layer ``DecayLinearAttention(decay="data")``: one sigmoid decay per head and token, additive
     writes k v^T of unnormalised keys, write weight 1; RetNet's form with a data-dependent decay,
-    not Mamba-2's, which scales its writes by the step size dt that sets its decay); hybrid_at_<i>: Gated
+    not Mamba-2's, which scales its writes by the step size dt that sets its decay); gated_additive
+    (every layer ``GatedDeltaNet(rule="additive")``: Gated DeltaNet's gate, L2-normalised q and k and
+    learned beta, with the additive write alpha_t S_{t-1} + beta_t k_t v_t^T: the control that differs
+    from gated_delta in the update rule only, and from decay in the rest); hybrid_at_<i>: Gated
     DeltaNet everywhere but one attention layer at index i, for each i in ``placements``;
     window_<w>: sliding-window attention of w tokens in every layer, for each w in ``windows``;
     inattention: InAttention in every layer; based (unless ``based_window`` is None): Based (Arora et
@@ -82,7 +87,8 @@ def lesson_designs(n_layers: int = 4, placements=(0, 3), windows=(8, 32), based_
         raise ValueError(f"placements {placements} must lie in 0 .. {n_layers - 1}.")
     d = [Design("attention", ("attention",) * n_layers),
          Design("gated_delta", ("gated_delta",) * n_layers),
-         Design("decay", ("decay",) * n_layers)]
+         Design("decay", ("decay",) * n_layers),
+         Design("gated_additive", ("gated_additive",) * n_layers)]
     for i in placements:
         d.append(Design(f"hybrid_at_{i}", tuple("attention" if j == i else "gated_delta" for j in range(n_layers))))
     d += [Design(f"window_{w}", ("window",) * n_layers, window=w) for w in windows]
@@ -133,6 +139,7 @@ class RecallLM(nn.Module):
             "attention": lambda: Attention(dim, n_heads, rope=True, max_len=max_len),
             "window": lambda: Attention(dim, n_heads, rope=True, max_len=max_len, window=design.window),
             "gated_delta": lambda: GatedDeltaNet(dim, n_heads, chunk_size=chunk_size),
+            "gated_additive": lambda: GatedDeltaNet(dim, n_heads, chunk_size=chunk_size, rule="additive"),
             "decay": lambda: DecayLinearAttention(dim, n_heads, decay="data", chunk_size=chunk_size),
             "inattention": lambda: InAttention(dim, n_heads, rope=True, max_len=max_len),
             "based": lambda: TaylorLinearAttention(dim, n_heads, feature_dim=design.feature_dim, chunk_size=chunk_size),

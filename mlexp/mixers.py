@@ -230,10 +230,15 @@ class GatedDeltaNet(DeltaNet):
 
     g_t = logsigmoid(w_h . x_t + c_h) <= 0 with c_h starting at logit of RetNet's gamma_h, so
     fresh heads span memories of about 32 to 4,096 tokens. forward: x (B, T, dim) -> (B, T, dim).
+    rule="additive" keeps the gate, the L2-normalised q and k, the learned beta and the output norm,
+    and changes only the write to S_t = alpha_t S_{t-1} + beta_t k_t v_t^T (no read of the old
+    value): the control that separates the delta update from the rest (lesson 06), as DeltaNet's
+    rule="additive" does without the gate (lesson 03). The same parameters, created in the same
+    order, so a seed gives both rules the same initial weights. Raises ValueError for another ``rule``.
     """
 
-    def __init__(self, dim, n_heads, head_dim=None, impl=None, chunk_size=64):
-        super().__init__(dim, n_heads, head_dim, impl, chunk_size)
+    def __init__(self, dim, n_heads, head_dim=None, impl=None, chunk_size=64, rule="delta"):
+        super().__init__(dim, n_heads, head_dim, impl, chunk_size, rule=rule)
         self.gate = nn.Linear(dim, n_heads)
         with torch.no_grad():
             self.gate.weight.mul_(0.1)
@@ -243,8 +248,14 @@ class GatedDeltaNet(DeltaNet):
         q, k, v = self._qkv(x)
         beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (B, H, T)
         g = F.logsigmoid(self.gate(x)).transpose(1, 2)          # (B, H, T) log-decay
-        o, _ = gated_delta_rule(q, k, v, beta, g, impl=self.impl, chunk_size=self.chunk_size,
-                                normalize_qk=True)
+        if self.rule == "additive":
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+            # alpha_t S_{t-1} + beta_t k_t v_t^T = k_t (beta_t v_t)^T under a scalar gate: decayed
+            # linear attention on beta-scaled values, no scale (q and k are unit vectors).
+            o, _ = gated_linear_attention(q, k, beta[..., None] * v, g, impl=self.impl, chunk_size=self.chunk_size)
+        else:
+            o, _ = gated_delta_rule(q, k, v, beta, g, impl=self.impl, chunk_size=self.chunk_size,
+                                    normalize_qk=True)
         return self._merge(_head_rms_norm(o))
 
 

@@ -16,13 +16,13 @@ TINY = CapstoneConfig(dim=16, n_heads=2, n_layers=2, seq_len=16, n_keys=8, n_val
 
 def test_lesson_designs_names_and_patterns():
     d = lesson_designs()
-    assert list(d) == ["attention", "gated_delta", "decay", "hybrid_at_0", "hybrid_at_3", "window_8",
+    assert list(d) == ["attention", "gated_delta", "decay", "gated_additive", "hybrid_at_0", "hybrid_at_3", "window_8",
                        "window_32", "inattention", "based"]
-    assert [x.pattern for x in d.values()] == ["AAAA", "GGGG", "DDDD", "AGGG", "GGGA", "WWWW", "WWWW", "IIII", "BWBW"]
+    assert [x.pattern for x in d.values()] == ["AAAA", "GGGG", "DDDD", "CCCC", "AGGG", "GGGA", "WWWW", "WWWW", "IIII", "BWBW"]
     assert d["window_8"].window == 8 and d["window_32"].window == 32
     assert d["based"].window == 8 and d["based"].feature_dim == 16
     assert list(lesson_designs(3, placements=(1,), windows=(4,), based_window=None)) == [
-        "attention", "gated_delta", "decay", "hybrid_at_1", "window_4", "inattention"]
+        "attention", "gated_delta", "decay", "gated_additive", "hybrid_at_1", "window_4", "inattention"]
     assert lesson_designs(3, placements=(1,), windows=(4,), based_window=2)["based"].pattern == "BWB"
 
 
@@ -51,7 +51,7 @@ def hand_count(kinds, T, dim=64, heads=4, window=None, bytes_=2, conv=3, feature
     numbers = 0
     for k in kinds:
         numbers += {"attention": 2 * heads * hd * T, "window": 2 * heads * hd * min(T, window or 1),
-                    "gated_delta": heads * hd * hd, "decay": heads * hd * hd, "inattention": 0,
+                    "gated_delta": heads * hd * hd, "gated_additive": heads * hd * hd, "decay": heads * hd * hd, "inattention": 0,
                     "based": heads * nf * (hd + 1)}[k]
         numbers += dim * (conv - 1)
     numbers += dim * T if "inattention" in kinds else 0
@@ -192,3 +192,33 @@ def test_attention_learns_recall_and_inattention_cannot():
     inatt = train_and_score(designs["inattention"], cfg, seed=0)
     assert att["mqar"][4] > 0.8, att["mqar"]
     assert inatt["mqar"][4] < 0.5, inatt["mqar"]
+
+
+def test_the_control_differs_from_gated_delta_in_the_update_rule_only():
+    """Issue 40: gated_additive is Gated DeltaNet's layer with an additive write. Same parameters and,
+    from one seed, the same weights; its output is alpha_t S_{t-1} + beta_t k_t v_t^T read by unit
+    queries (checked by a loop here); the delta rule's output differs."""
+    import torch.nn.functional as F
+
+    from mlexp.mixers import GatedDeltaNet, _head_rms_norm
+
+    d = lesson_designs()
+    a, b = build_model(d["gated_delta"], TINY, seed=0), build_model(d["gated_additive"], TINY, seed=0)
+    assert [(n, p.shape) for n, p in a.named_parameters()] == [(n, p.shape) for n, p in b.named_parameters()]
+    assert all(torch.equal(p, r) for p, r in zip(a.parameters(), b.parameters()))
+    torch.manual_seed(0)
+    control, delta = GatedDeltaNet(16, 2, rule="additive", chunk_size=4).double(), GatedDeltaNet(16, 2, chunk_size=4).double()
+    delta.load_state_dict(control.state_dict())
+    x = torch.randn(2, 11, 16, dtype=torch.float64)
+    q, k, v = control._qkv(x)
+    q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    beta, g = torch.sigmoid(control.beta_proj(x)).transpose(1, 2), F.logsigmoid(control.gate(x)).transpose(1, 2)
+    S, out = torch.zeros(2, 2, 8, 8, dtype=torch.float64), []
+    for t in range(x.shape[1]):
+        S = g[..., t, None, None].exp() * S + beta[..., t, None, None] * k[..., t, :, None] * v[..., t, None, :]
+        out.append(torch.einsum("bhk,bhkv->bhv", q[..., t, :], S))
+    want = control._merge(_head_rms_norm(torch.stack(out, 2)))
+    assert torch.allclose(control(x), want)
+    assert not torch.allclose(delta(x), want)
+    with pytest.raises(ValueError, match="rule"):
+        GatedDeltaNet(16, 2, rule="replace")

@@ -144,6 +144,21 @@ def claims(t, sweep):
             every(lambda i: v("decay", "mqar")[i] < v("gated_delta", "mqar")[i] - 0.3),
         "decay at its best rate is below gated_delta's worst seed at 24 pairs":
             max(v("decay", "mqar")) < min(v("gated_delta", "mqar_p24")),
+        # the control (issue 40): Gated DeltaNet's layer with an additive write
+        "gated_additive's best rate is 3e-3, with 1e-3 and 6e-3 both below it by > 0.1 (bracketed)":
+            best_rate(sweep["gated_additive"]) == 3e-3
+            and all(sweep["gated_additive"][lr]["mqar_mean"] < sweep["gated_additive"][3e-3]["mqar_mean"] - 0.1 for lr in (1e-3, 6e-3)),
+        "gated_additive stays far above decay in every seed (MQAR, by > 0.5)":
+            every(lambda i: v("gated_additive", "mqar")[i] > v("decay", "mqar")[i] + 0.5),
+        "gated_additive's MQAR is within 0.05 of gated_delta's in every seed":
+            every(lambda i: abs(v("gated_additive", "mqar")[i] - v("gated_delta", "mqar")[i]) < 0.05),
+        "gated_additive falls as the pairs grow, in every seed (p4 > p8 > p16 > p24)":
+            every(lambda i: v("gated_additive", "mqar_p4")[i] > v("gated_additive", "mqar_p8")[i]
+                  > v("gated_additive", "mqar_p16")[i] > v("gated_additive", "mqar_p24")[i]),
+        "gated_delta returns the latest value more often than gated_additive on overwrites in every seed (by > 0.2)":
+            every(lambda i: v("gated_delta", "overwrite")[i] > v("gated_additive", "overwrite")[i] + 0.2),
+        "gated_additive returns the latest value more often than decay on overwrites in every seed (by > 0.2)":
+            every(lambda i: v("gated_additive", "overwrite")[i] > v("decay", "overwrite")[i] + 0.2),
         # all attention and the first hybrid
         "attention answers almost every query (MQAR > 0.98 at every pair count, every seed)":
             every(lambda i: all(v("attention", f"mqar_p{n}")[i] > 0.98 for n in (4, 8, 16, 24))),
@@ -176,15 +191,21 @@ def claims(t, sweep):
             all(v("gated_delta", "overwrite")[i] > max(v("attention", "overwrite"))
                 for i in seeds if v("gated_delta", "mqar")[i] > 0.8) and any(v("gated_delta", "mqar")[i] > 0.8 for i in seeds),
         # section 5: the winners at each budget (means)
-        "at 10 KiB gated_delta recalls best of the 9 KiB designs in every seed":
-            every(lambda i: all(v("gated_delta", "mqar")[i] > v(d, "mqar")[i]
-                                for d in ("decay", "window_8", "inattention"))),
+        "at 10 KiB gated_delta and gated_additive each beat the other 9 KiB designs in every seed":
+            {d for d in t if v(d, "bytes")[0] == v("gated_delta", "bytes")[0]}
+            == {"gated_delta", "gated_additive", "decay", "window_8", "inattention"}
+            and every(lambda i: all(v(g, "mqar")[i] > v(d, "mqar")[i] for g in ("gated_delta", "gated_additive")
+                                    for d in ("decay", "window_8", "inattention"))),
         "at 1 MiB hybrid_at_0's mean is above attention's, by less than either's sd (a tie)":
             0 < mean(v("hybrid_at_0", "mqar")) - mean(v("attention", "mqar"))
             < min(sd(v("attention", "mqar")), sd(v("hybrid_at_0", "mqar"))),
-        "the Pareto front of the means runs gated_delta -> hybrid_at_0 -> based (attention drops off)":
+        "the Pareto front of the means runs gated_additive -> hybrid_at_0 -> based (attention drops off)":
             [list(t)[i] for i in pareto_front([(v(d, "bytes")[0], mean(v(d, "mqar"))) for d in t])]
-            == ["gated_delta", "hybrid_at_0", "based"],
+            == ["gated_additive", "hybrid_at_0", "based"],
+        "at 10 KiB the control's mean is above gated_delta's, by less than either's sd (a tie), at the same bytes":
+            v("gated_additive", "bytes")[0] == v("gated_delta", "bytes")[0]
+            and 0 < mean(v("gated_additive", "mqar")) - mean(v("gated_delta", "mqar"))
+            < min(sd(v("gated_additive", "mqar")), sd(v("gated_delta", "mqar"))),
         "at 1 MiB based's mean is the highest, above hybrid_at_0's by less than hybrid_at_0's sd and at most 0.001":
             all(mean(v("based", "mqar")) > mean(v(d, "mqar")) for d in t if d != "based")
             and 0 < mean(v("based", "mqar")) - mean(v("hybrid_at_0", "mqar")) < sd(v("hybrid_at_0", "mqar"))
@@ -302,6 +323,21 @@ def test_the_claims_fail_when_the_table_changes(committed):
     b[1e-3], b[3e-3] = b[3e-3], b[1e-3]
     broken = [c for c, ok in claims(table, based_rates).items() if not ok]
     assert "based: 3e-3 and 6e-3 within 0.01, 3e-3 chosen; 1e-3 a little less (below both) with a higher final loss" in broken
+    for other in ("gated_delta", "decay"):                # the control's rows swapped with either design it separates
+        swapped = copy.deepcopy(table)
+        swapped["gated_additive"], swapped[other] = swapped[other], swapped["gated_additive"]
+        broken = [c for c, ok in claims(swapped, sweep).items() if not ok and "gated_additive" in c]
+        assert broken, other
+    swapped = copy.deepcopy(table)
+    swapped["gated_additive"], swapped["gated_delta"] = swapped["gated_delta"], swapped["gated_additive"]
+    assert not claims(swapped, sweep)["gated_delta returns the latest value more often than gated_additive on overwrites in every seed (by > 0.2)"]
+    swapped = copy.deepcopy(table)
+    swapped["gated_additive"], swapped["decay"] = swapped["decay"], swapped["gated_additive"]
+    assert not claims(swapped, sweep)["gated_additive stays far above decay in every seed (MQAR, by > 0.5)"]
+    control_rates = copy.deepcopy(sweep)                  # the sweep's 1e-3 and 3e-3 runs of the control swapped
+    c = control_rates["gated_additive"]
+    c[1e-3], c[3e-3] = c[3e-3], c[1e-3]
+    assert not claims(table, control_rates)["gated_additive's best rate is 3e-3, with 1e-3 and 6e-3 both below it by > 0.1 (bracketed)"]
     rates_swapped = copy.deepcopy(sweep)                  # the sweep's 3e-3 and 6e-3 runs of window_32 swapped
     w = rates_swapped["window_32"]
     w[3e-3], w[6e-3] = w[6e-3], w[3e-3]
