@@ -311,7 +311,7 @@ CASES += [
     l00_reach("L k", "n_layers * k", "counts the shared position once per layer"),
     l00_reach("L (k - 1)", "n_layers * (k - 1)", "leaves out the current position"),
     l00_reach("k^L", "k ** n_layers", "not multiplicatively"),
-    l00_reach("string", "str(n_layers * (k - 1) + 1)", "not the number of input positions"),
+    l00_reach("string", "str(n_layers * (k - 1) + 1)", "the number of input positions is a whole number"),
     l00_reach("unforeseen", "2 * n_layers * (k - 1) + 1", "not the number of input positions"),
     l00_kv("typed numbers", [(GQA, "gqa_bytes = 131072"), (RATIO, "mha_over_gqa = 4")]),
     # Plain Python, not the library's copy of the answer (an instructor's review).
@@ -324,7 +324,13 @@ CASES += [
     l00_kv("query heads", [(GQA, "gqa_bytes = kv_bytes_per_token(32, 32, 128, 2)")], "counts the 32 query heads"),
     l00_kv("16 bytes", [(GQA, "gqa_bytes = kv_bytes_per_token(32, 8, 128, 16)")], "16 bytes per number"),
     l00_kv("upside down", [(RATIO, "mha_over_gqa = gqa_bytes / kv_bytes_per_token(32, 32, 128, 2)")], "upside down"),
-    l00_kv("ratio as text", [(RATIO, "mha_over_gqa = '4x'")], "should be (cache with 32 kv heads)"),
+    l00_kv("ratio as text", [(RATIO, "mha_over_gqa = '4x'")], "mha_over_gqa should be a number"),
+    # The form the visible part checks, now that the values are checked at grading (issue 39, item 4).
+    l00_reach("no position", "0 * n_layers", "a whole number, at least 1"),
+    l00_reach("shrinks with depth", "max(1, 30 - n_layers)", "a deeper stack sees no fewer positions"),
+    l00_kv("bytes_per_number ignored", [("return 2 * n_layers * n_kv_heads * head_dim * bytes_per_number",
+                                         "return 2 * n_layers * n_kv_heads * head_dim * 2")], "must use all four arguments"),
+    l00_kv("fraction of a byte", [(GQA, GQA + " / 3")], "it should be a positive whole number of bytes"),
 ]
 
 
@@ -1066,6 +1072,12 @@ CASES += [
 # the hidden part its value (and each catalogued wrong value), so a hint on the value is given at grading
 # only. {(lesson, test): the hints the visible part still gives: form, rules, missing code}.
 FORM_HINTS = {
+    (L00, "test_reach"): ("not written yet", "not defined", "counts the shared position once per layer",
+                          "leaves out the current position", "not multiplicatively", "a whole number, at least 1",
+                          "the number of input positions is a whole number", "no fewer positions"),
+    (L00, "test_kv_bytes"): ("not written yet", "not defined", "Use plain Python", "write it yourself",
+                             "should be a number", "it should be a positive", "must use all four arguments",
+                             "set gqa_bytes", "set mha_over_gqa"),
     (L04, "test_attention_layers"): ("not written yet", "not defined", "Use plain Python", "write it yourself",
                                      "not how many there are", "a list of ints", "once, in increasing order",
                                      "layer indices start at 0"),

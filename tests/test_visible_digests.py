@@ -159,18 +159,6 @@ _INT = "an integer"
 MEMORY_06 = 2 * 4 * 2 * 64 * 64 * 2      # twice four full caches of 2 x dim numbers per token, 64 tokens, 2 bytes
 MEMORY_06_WHY = "at most twice what four full attention layers keep at 64 tokens (dim = 64, 2 bytes): 131,072"
 SPACES = {
-    # lesson 00
-    ("00_token_mixing", "test_reach", "got"): Space(
-        1, 32, n=5, his=(4, 8, 16, 32, 15),
-        why=f"five reaches, each {_INT} from 1 to L * k for the cases the cell lists, (1, 4), (2, 4), (4, 4), (8, 4), (3, 5)"),
-    ("00_token_mixing", "test_kv_bytes", "got"): Space(
-        0, 2 * 32 * 8 * 128 * 2, why=f"{_INT} bytes, at most twice the product of the four arguments the cell shows"),
-    ("00_token_mixing", "test_kv_bytes", "kv_bytes_per_token(4, 1, 16, 4)"): Space(
-        0, 2 * 4 * 1 * 16 * 4, why=f"{_INT} bytes, at most twice the product of the four arguments the cell shows"),
-    ("00_token_mixing", "test_kv_bytes", "gqa_bytes"): Space(
-        0, 2 * 32 * 8 * 128 * 2, why=f"{_INT} bytes, at most twice the product of the arguments the lesson names"),
-    ("00_token_mixing", "test_kv_bytes", "mha_over_gqa"): Space(
-        0, 32, step=0.25, why="a ratio of two caches that differ in the number of kv heads (32 and 8): a few quarters at most"),
     # lesson 02
     ("02_fixed_state_recall", "test_cache_vs_state", "got"): Space(
         0, 128 * 128, why=f"{_INT} number of tokens, at most d_k d_v = 16,384"),
@@ -195,11 +183,6 @@ SPACES = {
 
 # Known to be small, waiting for the same fix as lessons 01 and 03's pairs (issue 39, item 4).
 PENDING = {
-    ("00_token_mixing", "test_reach", "got"),
-    ("00_token_mixing", "test_kv_bytes", "got"),
-    ("00_token_mixing", "test_kv_bytes", "kv_bytes_per_token(4, 1, 16, 4)"),
-    ("00_token_mixing", "test_kv_bytes", "gqa_bytes"),
-    ("00_token_mixing", "test_kv_bytes", "mha_over_gqa"),
     ("02_fixed_state_recall", "test_cache_vs_state", "got"),
     ("05_inattention", "test_attention_pairs", "got"),
     ("05_inattention", "test_cache_per_token", "got"),
