@@ -868,6 +868,11 @@ CASES += [
     # What InAttention keeps: Y or the token id, both right (item 15).
     Case(L05, "test_cache_per_token", "token id", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 1      # the token id; Y is looked up again"))}),
     Case(L05, "test_cache_per_token", "a state per layer", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return n_layers * dim"))}, "keeps a state per layer"),
+    # The form the visible part checks, now that the counts are checked at grading (issue 39, item 4).
+    Case(L05, "test_cache_per_token", "nothing kept", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return 0"))},
+         "a count of numbers is a positive whole number"),
+    Case(L05, "test_cache_per_token", "half a number", {"cache_per_token": sol(L05, "cache_per_token", (KEPT, "return dim / 3"))},
+         "a count of numbers is a positive whole number"),
 ]
 
 
@@ -1050,6 +1055,8 @@ CASES += [
           "Count the pairs yourself, not with mlexp.inattention", partial=2),
     _case(L05, "test_attention_pairs", "attention_pairs", "no diagonal",
           [("return T * (T + 1) // 2", "return T * (T - 1) // 2")], "leaves out the diagonal", partial=1),
+    _case(L05, "test_attention_pairs", "attention_pairs", "count as text", [(PAIRS_IN, "    return str(T)               #")],
+          "a number of (t, s) pairs is a whole number", partial=2),      # the form, checked in the visible part too
     _case(L05, "test_cache_per_token", "cache_per_token", "one layer",
           [("return 2 * n_layers * n_kv_heads * head_dim", "return 2 * n_kv_heads * head_dim")], "is one layer's cache"),
 ]
@@ -1072,6 +1079,11 @@ CASES += [
 # the hidden part its value (and each catalogued wrong value), so a hint on the value is given at grading
 # only. {(lesson, test): the hints the visible part still gives: form, rules, missing code}.
 FORM_HINTS = {
+    (L05, "test_attention_pairs"): ("not written yet", "not defined", "Count the pairs yourself", "write it yourself",
+                                    "counts the full T x T square", "leaves out the diagonal",
+                                    "leaves out the last position attending itself", "one query, but it is scored",
+                                    "a number of (t, s) pairs is"),
+    (L05, "test_cache_per_token"): ("not written yet", "not defined", "a count of numbers is"),
     (L00, "test_reach"): ("not written yet", "not defined", "counts the shared position once per layer",
                           "leaves out the current position", "not multiplicatively", "a whole number, at least 1",
                           "the number of input positions is a whole number", "no fewer positions"),
