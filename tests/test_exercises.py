@@ -373,6 +373,7 @@ CASES += [
     l02("test_cache_vs_state", "cache_vs_state", "keys only", reaches("d_v"), "counts only keys"),
     l02("test_cache_vs_state", "cache_vs_state", "text", reaches("str(d_k * d_v // (d_k + d_v))"), "should return a number of tokens"),
     l02("test_cache_vs_state", "cache_vs_state", "unforeseen", reaches("d_k // 2"), "you answered 32, not the first t"),
+    l02("test_cache_vs_state", "cache_vs_state", "no token", reaches("0"), "at least 1"),   # the form (issue 39, item 4)
     # Write, read and crosstalk: other correct ways.
     l02("test_write_read", "write_read", "einsum and matmul",
         "def write(S, k, v):\n    return S + k[:, None] * v[None, :]\n\ndef read(S, q):\n    return torch.einsum('k,kv->v', q, S)"),
@@ -1079,6 +1080,8 @@ CASES += [
 # the hidden part its value (and each catalogued wrong value), so a hint on the value is given at grading
 # only. {(lesson, test): the hints the visible part still gives: form, rules, missing code}.
 FORM_HINTS = {
+    (L02, "test_cache_vs_state"): ("not written yet", "not defined", "counts only keys", "a fraction of a token",
+                                   "should return a number of tokens", "at least 1"),
     (L05, "test_attention_pairs"): ("not written yet", "not defined", "Count the pairs yourself", "write it yourself",
                                     "counts the full T x T square", "leaves out the diagonal",
                                     "leaves out the last position attending itself", "one query, but it is scored",
