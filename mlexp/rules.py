@@ -35,7 +35,8 @@ too (``torch._C._disabled_torch_function_impl``); a frame that stops its own lin
 (``sys._getframe().f_trace = None``) and still runs one torch operation the watch sees; work
 handed to another thread or process through a library that the watch does not know; and, for
 :func:`bounded`, a large tensor built in pieces that are each within the bound (the bound is
-on each tensor, not on the total). Where a rule can be checked by its physical consequence
+on each tensor, not on the total;
+:func:`summed_work` bounds the total that the products, sums and scans return). Where a rule can be checked by its physical consequence
 instead (a chunkwise form must run at a length whose T x T matrix fits in no memory), the
 lesson's test does that as well.
 """
@@ -49,11 +50,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["Trace", "watching", "call", "write_it_yourself", "no_loop", "bounded", "digest", "RULE_HINT"]
+__all__ = ["Trace", "watching", "call", "write_it_yourself", "no_loop", "bounded", "summed_work", "digest",
+           "RULE_HINT"]
 
 RULE_HINT = "this exercise asks you to write it yourself"
 MAX_USED = 8
 IDLE_CPU_S = 0.0002     # CPU seconds another thread may use during a watched call (a pool's idle wake-ups)
+# Operations that sum over an axis (products, reductions, scans): what they return is counted in Trace.summed.
+SUMMING = frozenset({"matmul", "__matmul__", "__rmatmul__", "__imatmul__", "mm", "bmm", "mv", "dot", "vdot", "inner",
+                     "einsum", "tensordot", "addmm", "addbmm", "baddbmm", "addmv", "vecdot", "sum", "nansum", "mean",
+                     "cumsum", "cumsum_", "cumprod", "cumprod_", "logcumsumexp", "cummax", "cummin"})
 
 
 @dataclass
@@ -70,7 +76,9 @@ class Trace:
       thread", "switched off torch's function handling", ...); empty for plain code;
     - ``exported``: the calls that took a tensor's numbers out of torch (``"Tensor.numpy"``,
       ``"Tensor.tolist"``): harmless where only the library's use is checked, but work done on
-      those numbers is beyond the counts and sizes, so :func:`no_loop` and :func:`bounded` refuse it.
+      those numbers is beyond the counts and sizes, so :func:`no_loop` and :func:`bounded` refuse it;
+    - ``summed``: the elements, all together, of what the operations that sum over an axis returned
+      (matrix products, einsum, ``sum``, ``cumsum``: :data:`SUMMING`), the work :func:`summed_work` bounds.
     """
     used: list = field(default_factory=list)
     ops: int = 0
@@ -78,12 +86,13 @@ class Trace:
     lines: int = 0
     escaped: list = field(default_factory=list)
     exported: list = field(default_factory=list)
+    summed: int = 0
 
     def as_dict(self) -> dict:
         return {"used": list(self.used)[:MAX_USED], "ops": int(self.ops), "largest": int(self.largest),
                 "lines": int(self.lines),
                 "escaped": [str(e)[:120] for e in self.escaped[:MAX_USED]],
-                "exported": [str(e)[:120] for e in self.exported[:MAX_USED]]}
+                "exported": [str(e)[:120] for e in self.exported[:MAX_USED]], "summed": int(self.summed)}
 
     @classmethod
     def from_dict(cls, data) -> "Trace":
@@ -96,7 +105,8 @@ class Trace:
         def names(key):
             items = data.get(key) if isinstance(data.get(key), list) else []
             return [str(u)[:120] for u in items[:MAX_USED]]
-        return cls(names("used"), count("ops"), count("largest"), count("lines"), names("escaped"), names("exported"))
+        return cls(names("used"), count("ops"), count("largest"), count("lines"), names("escaped"), names("exported"),
+                   count("summed"))
 
     def _escape(self, what: str) -> None:
         if what not in self.escaped and len(self.escaped) < MAX_USED:
@@ -144,6 +154,16 @@ def _elements(value, depth: int = 2) -> int:
         return value.numel()
     if depth and isinstance(value, (tuple, list)):
         return max((_elements(v, depth - 1) for v in value[:64]), default=0)
+    return 0
+
+
+def _total(value, depth: int = 2) -> int:
+    """All elements of the tensors in ``value`` (a tensor, or a tuple or list of them)."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if depth and isinstance(value, (tuple, list)):
+        return sum(_total(v, depth - 1) for v in value[:64])
     return 0
 
 
@@ -323,6 +343,8 @@ def watching(forbid=()):
             finally:
                 inside[0] -= 1
             trace.largest = max(trace.largest, _elements(result), _elements(args))
+            if getattr(func, "__name__", "") in SUMMING:
+                trace.summed += _total(result)
             return result
 
     def handling_off() -> bool:
@@ -506,6 +528,33 @@ def bounded(fn, *args, limit: int, bound: str, forbid=(), instead: str = "", **k
         raise AssertionError(f"Hint: {RULE_HINT} with no tensor larger than {bound}: {_name(fn)} made "
                              f"one of {trace.largest:,} numbers, more than the {limit:,} that allows. "
                              + (instead or "Keep every tensor within that bound") + ".")
+    return result
+
+
+def summed_work(fn, make_args, *, lengths, limit, grows: str, over: str, forbid=(), instead: str = ""):
+    """Fail with the rule's hint when the work of ``fn`` that sums over an axis (:attr:`Trace.summed`)
+    grows faster than the sequence, or exceeds ``limit`` at the longest length.
+
+    ``make_args(T)``: the arguments for length T; ``lengths``: two lengths, the second a multiple
+    of the first. Growth beyond 1.5 times the ratio of the lengths (a linear form with a fixed
+    overhead grows at most by the ratio) fails with ``grows``, what such growth means in the
+    exercise's terms; more than ``limit`` at the longer length fails with ``over``. Only sizes are
+    measured, never values. Returns the result at the longer length."""
+    counts, result = [], None
+    for T in lengths:
+        result, trace = call(fn, *make_args(T), forbid=forbid)
+        _refuse(fn, trace, forbid, "", measured=True)
+        counts.append(trace.summed)
+    short, long = counts[0], counts[-1]
+    ratio = lengths[-1] / lengths[0]
+    if short and long > 1.5 * ratio * short:
+        raise AssertionError(f"Hint: {RULE_HINT} with work that grows like the sequence: from T = {lengths[0]} to "
+                             f"T = {lengths[-1]} the elements your products and sums return grew {long / short:.1f}x "
+                             f"({short:,} to {long:,}), not about {ratio:g}x. {grows}.")
+    if long > limit:
+        raise AssertionError(f"Hint: {RULE_HINT} with no more work than the chunkwise form: at T = {lengths[-1]} "
+                             f"{_name(fn)}'s products, sums and scans returned {long:,} numbers in all, more than "
+                             f"the {limit:,} allowed. {over}.")
     return result
 
 

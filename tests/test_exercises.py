@@ -706,6 +706,51 @@ CHUNK_SCAN_FIXED_BLOCKS = CHUNK_DEF + """    S, out = q.new_zeros(q.shape[0], q.
     return torch.cat(out, dim=2)
 """
 CHUNK_VECTORISED_BROADCAST_WRITES = CHUNK_VECTORISED.replace("written = K.transpose(-1, -2) @ V", "written = (K[..., :, None] * V[..., None, :]).sum(3)")
+# Issue 40: a state for every token made one chunk at a time (each tensor within the bound, but B x H x T x D_k x D_v
+# numbers in all), by a cumulative sum or by a triangular product; each chunk's queries scored against every earlier
+# key (the T x T product in pieces); and a float64 result for float32 inputs.
+CHUNK_STATES_IN_CHUNKS = CHUNK_DEF + """    S = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    out = []
+    for start in range(0, q.shape[2], chunk_size):
+        Qc, Kc, Vc = (x[:, :, start:start + chunk_size] for x in (q, k, v))
+        St = S[:, :, None] + torch.cumsum(Kc[..., :, None] * Vc[..., None, :], dim=2)   # (B, H, C, D_k, D_v)
+        out.append(torch.einsum('bhtk,bhtkv->bhtv', Qc, St))
+        S = St[:, :, -1]
+    return torch.cat(out, dim=2)
+"""
+CHUNK_STATES_BY_TRIL = CHUNK_DEF + """    B, H, T, D_k = q.shape
+    D_v = v.shape[-1]
+    S = q.new_zeros(B, H, D_k * D_v)
+    out = []
+    for start in range(0, T, chunk_size):
+        Qc, Kc, Vc = (x[:, :, start:start + chunk_size] for x in (q, k, v))
+        n = Qc.shape[2]
+        W = (Kc[..., :, None] * Vc[..., None, :]).flatten(-2)                    # (B, H, C, D_k D_v)
+        St = S[:, :, None] + torch.ones(n, n, dtype=q.dtype).tril() @ W          # the state after each token
+        out.append((Qc[..., None] * St.unflatten(-1, (D_k, D_v))).sum(-2))
+        S = St[:, :, -1]
+    return torch.cat(out, dim=2)
+"""
+CHUNK_SQUARE_IN_PIECES = CHUNK_DEF + """    T = q.shape[2]
+    out = []
+    for start in range(0, T, chunk_size):
+        end = min(start + chunk_size, T)
+        scores = q[:, :, start:end] @ k[:, :, :end].transpose(-1, -2)           # (B, H, C, end): every earlier key
+        mask = torch.ones(end - start, end, dtype=torch.bool).tril(start)
+        out.append((scores * mask) @ v[:, :, :end])
+    return torch.cat(out, dim=2)
+"""
+CHUNK_SQUARE_IN_PIECES_EINSUM = CHUNK_DEF + """    T = q.shape[2]
+    o = torch.empty(q.shape[0], q.shape[1], T, v.shape[-1], dtype=q.dtype)
+    for start in range(0, T, chunk_size):
+        end = min(start + chunk_size, T)
+        w = torch.einsum('bhid,bhjd->bhij', q[:, :, start:end], k[:, :, :end]).tril(start)
+        o[:, :, start:end] = torch.einsum('bhij,bhjv->bhiv', w, v[:, :, :end])
+    return o
+"""
+CHUNK_IN_PIECES = "the T x T product in pieces"
+CHUNK_STATES_HINT = "made one chunk at a time"
+CHUNK_FLOAT64_OUT = "float32 inputs gave a torch.float64 output"
 
 
 def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False, slow=False):
@@ -769,6 +814,16 @@ CASES += [
     l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint=CHUNK_LIBRARY),
     l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
     l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),
+    l03_chunk("a state for every token, one chunk at a time (cumsum)", source=CHUNK_STATES_IN_CHUNKS, hint=CHUNK_STATES_HINT),
+    l03_chunk("a state for every token, one chunk at a time (triangular product)", source=CHUNK_STATES_BY_TRIL, hint=CHUNK_STATES_HINT),
+    l03_chunk("each chunk's queries against every earlier key", source=CHUNK_SQUARE_IN_PIECES, hint=CHUNK_IN_PIECES),
+    l03_chunk("each chunk's queries against every earlier key, einsum into o", source=CHUNK_SQUARE_IN_PIECES_EINSUM, hint=CHUNK_IN_PIECES),
+    l03_chunk("float64 result for float32 inputs", ("B, H, T, D_k = q.shape", "q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
+              hint=CHUNK_FLOAT64_OUT),
+    l03_chunk("float64 state, float32 inputs cast up", ("S = q.new_zeros(B, H, D_k, v.shape[-1])", "S = torch.zeros(B, H, D_k, v.shape[-1], dtype=torch.float64)"),
+              ("Qc, Kc, Vc = (x[:, :, start:start + chunk_size] for x in (q, k, v))", "Qc, Kc, Vc = (x[:, :, start:start + chunk_size].double() for x in (q, k, v))"),
+              hint=CHUNK_FLOAT64_OUT),
+    l03_chunk("result cast to the inputs' dtype at the end", ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(q.dtype)")),
 ]
 
 
