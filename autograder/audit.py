@@ -36,40 +36,19 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from .cells import grade_id_of, is_test_cell
+from .audit_code import code_in_strings, dynamic_code
+from .audit_names import Bindings, import_modules, attribute_paths, free_loads
 from .copies import copied_library_code
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 
 RULES = ("write_it_yourself", "no_loop", "bounded", "call")
 RULE_HINT = "this exercise asks you to write it yourself"      # as mlexp.rules says it
-DYNAMIC_CALLS = {"exec": "runs code from a string (exec)", "eval": "runs code from a string (eval)",
-                 "compile": "compiles code from a string (compile)",
-                 "__import__": "imports by a computed name (__import__)",
-                 "vars": "reads or changes a namespace (vars)"}
-DYNAMIC_MODULES = {"importlib", "inspect", "ctypes", "types", "marshal", "pickle", "dill",
-                   "cloudpickle", "gc", "builtins", "runpy", "code", "codeop", "imp", "dis",
-                   "_thread", "copyreg",
-                   # the kernel's own machinery: how cells run and how replies leave the kernel
-                   "IPython", "ipykernel", "jupyter_client", "zmq", "traitlets", "comm"}
-SAFE_SUBMODULES = ("IPython.display",)     # display(), Markdown(), HTML(): a lesson's own tools
-SYS_NAMES = {"sys.modules", "sys.settrace", "sys.setprofile", "sys._getframe", "sys.meta_path",
-             "sys.path_hooks", "sys.addaudithook", "sys.setrecursionlimit", "threading.settrace",
-             "threading.setprofile"}
-DUNDERS = {"__globals__", "__code__", "__dict__", "__builtins__", "__subclasses__", "__closure__",
-           "__getattribute__", "__setattr__", "__delattr__", "__import__", "__loader__", "__spec__",
-           "__wrapped__", "__func__", "__self__", "__defaults__", "__kwdefaults__", "__mro__",
-           "__bases__", "__base__", "__class__", "__reduce__", "__reduce_ex__", "f_globals",
-           "f_locals", "f_back", "f_trace", "gi_frame", "tb_frame", "co_code"}
-SAFE_MAGICS = {"time", "timeit", "capture", "matplotlib", "precision", "pprint"}
-CODE_MAGICS = {"time", "timeit", "capture"}    # their argument (line) or body (cell) is code
-
-
 @dataclass
 class Audit:
     """What the source says: ``forbidden`` {test grade id: the hint its test fails with};
@@ -115,11 +94,12 @@ def _parse(source: str):
 
 
 class _Names:
-    """Imports and definitions of the notebook's cells: name -> dotted module path (an import),
-    and name -> the nodes that define it (def, class, assignment)."""
+    """Every import of the notebook's cells, and each top-level name assigned a library object:
+    name -> dotted path, the last one wins (what code the grader cannot read is judged by;
+    the rules' verdicts follow autograder.audit_names.Bindings, in notebook order)."""
 
     def __init__(self):
-        self.imports, self.defs = {}, {}
+        self.imports = {}
 
     def add(self, tree, cell):
         for node in ast.walk(tree):
@@ -134,8 +114,6 @@ class _Names:
                     if a.name != "*":
                         self.imports[a.asname or a.name] = f"{node.module}.{a.name}"
         for node in tree.body:
-            for name in _bound(node):
-                self.defs.setdefault(name, []).append((node, cell))
             # a library object kept under another name (`T = mlexp.rules.Trace`) is that object
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                     isinstance(node.targets[0], ast.Name) and self.dotted(node.value):
@@ -154,16 +132,6 @@ class _Names:
             base = self.dotted(node.args[0])
             return f"{base}.{node.args[1].value}" if base else ""
         return ""
-
-
-def _bound(node) -> list:
-    """Names a top-level statement binds (a def, a class, an assignment's plain names)."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-    return []
 
 
 @lru_cache(maxsize=None)
@@ -255,207 +223,88 @@ def _rules_of(test_source: str) -> list:
     return found
 
 
-def _magic_code(tree) -> list:
-    """The code strings of ``%time``/``%timeit`` lines and ``%%time``/``%%timeit``/``%%capture``
-    bodies in a transformed cell (read as the cell's own code)."""
-    out = []
-    for node in ast.walk(tree):
-        call = _ipython_call(node)
-        if call and call[0] in ("run_line_magic", "run_cell_magic") and call[1] in CODE_MAGICS:
-            args = node.args
-            code = args[2] if call[0] == "run_cell_magic" and len(args) > 2 else \
-                args[1] if call[0] == "run_line_magic" and len(args) > 1 else None
-            if isinstance(code, ast.Constant) and isinstance(code.value, str):
-                out.append(code.value)
-    return out
-
-
-def _ipython_call(node):
-    """(method, magic name) of a ``get_ipython().method('name', ...)`` call, else None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-            isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name) \
-            and node.func.value.func.id == "get_ipython":
-        first = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else ""
-        return node.func.attr, first if isinstance(first, str) else ""
-    return None
-
-
-def _installed(top: str) -> bool:
-    if top in sys.builtin_module_names or top in sys.stdlib_module_names:
-        return True
-    try:
-        return importlib.util.find_spec(top) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _dynamic(tree, names: _Names) -> list:
-    """What the code does that the grader cannot check by reading it (module docstring)."""
-    said, magic_shells = [], set()
-
-    def say(what):
-        if what not in said:
-            said.append(what)
-    asked = set()      # globals() in `"name" in globals()`: asks whether a name exists, moves nothing
-    for node in ast.walk(tree):
-        call = _ipython_call(node)
-        if call is not None and call[0] in ("run_line_magic", "run_cell_magic") and call[1] in SAFE_MAGICS:
-            magic_shells.add(id(node.func.value))     # IPython's own call for %time and the like
-        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
-            asked.update(id(c) for c in node.comparators)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id in ("globals", "locals") and id(node) not in asked:
-            say(f"reaches the notebook's names by string ({node.func.id}())")
-        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names) and node.module \
-                and node.module.split(".")[0] in ("mlexp", "torch", "numpy"):
-            say(f"imports every name of {node.module} (*), so the grader cannot tell which one a "
-                "function uses")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id == "get_ipython" and id(node) not in magic_shells:
-            say("uses IPython's shell (get_ipython()), which decides how cells run and how "
-                "replies leave the kernel")
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if not node.level else ["(a relative import)"]
-            for m in mods:
-                top = m.split(".")[0]
-                if m in SAFE_SUBMODULES or m.startswith(tuple(f"{x}." for x in SAFE_SUBMODULES)):
-                    continue
-                if top in DYNAMIC_MODULES:
-                    say(f"imports {m}, which can load, read or change code")
-                elif m.startswith("("):
-                    say("imports a module relative to the notebook")
-                elif not _installed(top):
-                    say(f"imports {top}, a module the course does not install (a file the notebook "
-                        "wrote?), whose code the grader cannot read")
-            if isinstance(node, ast.ImportFrom) and node.module in ("sys", "threading"):
-                for a in node.names:
-                    if f"{node.module}.{a.name}" in SYS_NAMES:
-                        say(f"uses {node.module}.{a.name}")
-        elif isinstance(node, ast.Call):
-            call = _ipython_call(node)
-            if call is not None:
-                method, magic = call
-                if method in ("run_line_magic", "run_cell_magic") and magic in SAFE_MAGICS:
-                    continue
-                what = {"system": "runs a shell command (!)", "getoutput": "runs a shell command (!!)",
-                        "run_line_magic": f"runs the magic %{magic}",
-                        "run_cell_magic": f"runs the cell magic %%{magic}"}.get(method)
-                say(what or f"calls IPython's {method}")
-                continue
-            if isinstance(node.func, ast.Name):
-                fn = node.func.id
-                if fn in DYNAMIC_CALLS:
-                    say(DYNAMIC_CALLS[fn])
-                elif fn in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) >= 2:
-                    computed = not (isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))
-                    on_module = bool(names.dotted(node.args[0]))
-                    if computed and fn != "hasattr":
-                        say(f"looks up an attribute by a computed name ({fn})")
-                    elif on_module and fn in ("setattr", "delattr"):
-                        say(f"changes a library's name with {fn} ({names.dotted(node.args[0])})")
-                elif fn == "get_ipython":
-                    pass
-        elif isinstance(node, ast.Attribute):
-            dotted = names.dotted(node)
-            if node.attr in DUNDERS:
-                say(f"reaches {node.attr}, which exposes code or namespaces")
-            elif dotted in SYS_NAMES or dotted.startswith("torch._C"):
-                say(f"uses {dotted if not dotted.startswith('torch._C') else 'torch._C'}")
-        elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__import__", "__loader__", "__spec__"):
-            say(f"reaches {node.id}")
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = list(node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target])
-            while any(isinstance(t, (ast.Tuple, ast.List, ast.Starred)) for t in targets):
-                targets = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List))
-                                                        else [t.value] if isinstance(t, ast.Starred) else [t])]
-            for sub in targets:     # what is bound: `mlexp.rules.Trace = x` changes Trace, not rules
-                if isinstance(sub, ast.Attribute) and names.dotted(sub.value):
-                    verb = "deletes" if isinstance(node, ast.Delete) else "replaces"
-                    say(f"{verb} {names.dotted(sub)}, a library's name")
-                elif isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Call) and \
-                        isinstance(sub.value.func, ast.Name) and sub.value.func.id in ("globals", "locals"):
-                    say(f"writes into {sub.value.func.id}() by key")
-    return said
-
-
-def _reachable(fn: str, names: _Names) -> list:
-    """The definitions (node, cell) ``fn`` is made of: its own, then every one it mentions."""
-    seen, todo, out = set(), [fn], []
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for node, cell in names.defs.get(name, []):
-            out.append((node, cell, name))
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Name) and sub.id in names.defs and sub.id not in seen:
-                    todo.append(sub.id)
-    return out
-
-
 def audit_notebook(nb, lesson_code=()) -> Audit:
     """Read ``nb`` (the notebook as it is graded: its test cells are the release's) and say what
     its source shows (:class:`Audit`). ``lesson_code``: sources of the lesson's own code cells,
     which are not the student's and are not read for dynamic code (their imports still count)."""
     lesson = {lesson_key(s) for s in lesson_code}
-    names, student, rules = _Names(), [], {}
+    names, bindings, student, rules = _Names(), Bindings(), [], {}
     for number, cell in enumerate(nb.cells, start=1):
         if cell.cell_type != "code":
             continue
         if is_test_cell(cell):
             for rule in _rules_of(cell.source):
-                rules.setdefault(grade_id_of(cell) or f"cell {number}", []).append(rule)
+                rules.setdefault(grade_id_of(cell) or f"cell {number}", []).append((number, *rule))
             continue
         tree = _parse(cell.source)
         if tree is None:
             continue
-        trees = [tree] + [t for t in map(_parse, _magic_code(tree)) if t is not None]
+        trees = [tree] + [t for t in map(_parse, code_in_strings(tree)) if t is not None]
         for t in trees:
             names.add(t, number)
+            bindings.add(t, number, names.dotted)
         if lesson_key(cell.source) not in lesson:
             student.extend((t, number) for t in trees)
     out = Audit(read=len({n for _, n in student}))
     if not rules:            # no rule to protect: what the code does is the tests' to judge
         return out
     for tree, number in student:
-        out.dynamic.extend((number, what) for what in _dynamic(tree, names)
+        out.dynamic.extend((number, what) for what in dynamic_code(tree, names)
                            if (number, what) not in out.dynamic)
         out.copies.extend((number, what) for what in copied_library_code(tree)
                           if (number, what) not in out.copies)
     student_cells = {n for _, n in student}
     for grade_id, found in rules.items():
-        for fn, forbid, instead in found:
-            hint = _forbidden_use(fn, forbid, instead, names, student_cells)
+        for test_cell, fn, forbid, instead in found:
+            hint = _forbidden_use(fn, test_cell, forbid, instead, bindings, student_cells)
             if hint:
                 out.forbidden.setdefault(grade_id, hint)
     return out
 
 
-def _forbidden_use(fn, forbid, instead, names: _Names, student_cells) -> str:
-    """The hint for ``fn`` reaching a ``forbid`` module by name in the student's cells, or ""."""
-    hits = []
-    if fn in names.imports and _is_forbidden(names.imports[fn], forbid):
-        hits.append((names.imports[fn], None))
-    for node, cell, _ in _reachable(fn, names):
-        if cell not in student_cells:
-            continue
-        for sub in ast.walk(node):
-            dotted = names.dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute, ast.Call)) else ""
-            if dotted and _is_forbidden(dotted, forbid):
-                hits.append((dotted, cell))
-                break
-        if hits:
-            break
-    if not hits:
+def _forbidden_use(fn, test_cell, forbid, instead, bindings: Bindings, student_cells) -> str:
+    """The hint for ``fn`` reaching a ``forbid`` module when the test in ``test_cell`` calls it,
+    through what its names hold then and what the student's cells bind them to, or ""."""
+    hit = _reach(fn, test_cell, forbid, bindings, student_cells)
+    if not hit:
         return ""
-    what, cell = hits[0]
-    where = f" (your cell {cell})" if cell else " (imported under that name)"
-    return (f"Hint: {RULE_HINT}: {fn} uses {what}{where}. "
+    what, cell = hit
+    return (f"Hint: {RULE_HINT}: {fn} uses {what} (your cell {cell}). "
             + (instead or f"Write it without {', '.join(forbid)}") +
             "; the library is only the reference the test checks against.")
+
+
+def _reach(fn, test_cell, forbid, bindings: Bindings, student_cells):
+    """(forbidden path, cell) of the first use of a ``forbid`` module found by following ``fn``'s
+    bindings and the module names they read (only uses in the student's cells count), or None."""
+    seen, todo = set(), [fn]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for b in bindings.at(name, test_cell):
+            if b.cell not in student_cells:
+                continue
+            if b.module and _is_forbidden(b.module, forbid):
+                return b.module, b.cell
+            for sub in ast.walk(b.node):
+                if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    modules = [sub.module or ""] if isinstance(sub, ast.ImportFrom) else []
+                    for path in modules + [m for m in import_modules(sub).values()]:
+                        if _is_forbidden(path, forbid):
+                            return path, b.cell
+            loads = free_loads(b.node)
+            free = {id(n) for n in loads}
+            uses = [(n.id, chain) for n, chain in attribute_paths(b.node) if id(n) in free] + \
+                [(n.id, n.id) for n in loads]      # the longest path first: the hint names it
+            for base, path in uses:
+                for held in bindings.at(base, test_cell):
+                    full = held.module if path == base else f"{held.module}.{path}" if held.module else ""
+                    if full and _is_forbidden(full, forbid):
+                        return full, b.cell
+            todo.extend(n.id for n in loads if n.id not in seen)
+    return None
 
 
 @lru_cache(maxsize=4096)

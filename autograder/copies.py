@@ -17,44 +17,52 @@ from pathlib import Path
 
 __all__ = ["copied_library_code", "COPY_MIN_STATEMENTS"]
 
-COPY_MIN_STATEMENTS = 5      # a library function this small is what anyone would write
+COPY_MIN_STATEMENTS = 6      # a library function this small is what anyone would write
+COPY_SHARE = 0.85            # of a library function's statements, in its order, that make a copy
+BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
-def _shape(statements) -> str:
-    """Statements with every name, argument name, string and type annotation blanked: the same
-    for a library function's body and a renamed, re-commented paste of it (attribute names,
-    numbers, operators and the order of calls stay: they are the method)."""
+def _flat(statements) -> list:
+    """Each statement's shape in order, a compound statement's header then its blocks; names,
+    argument names, strings and annotations blanked (attribute names, numbers, operators and
+    the order of calls stay: they are the method). ``pass`` and bare constants (docstrings) are
+    left out, so padding a paste with them changes nothing."""
     import copy
-    module = ast.Module(body=copy.deepcopy(list(statements)), type_ignores=[])
-    for node in ast.walk(module):
-        if isinstance(node, ast.Name):
-            node.id = "_"
-        elif isinstance(node, ast.arg):
-            node.arg, node.annotation = "_", None
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            node.name = "_"
-            if not isinstance(node, ast.ClassDef):
-                node.returns = None
-        elif isinstance(node, ast.AnnAssign):
-            node.annotation = ast.Constant("")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
-            node.value = ""
-    return ast.dump(module, annotate_fields=False)
-
-
-def _body(fn):
-    """A function's statements without its docstring."""
-    body = fn.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        body = body[1:]
-    return body
+    out = []
+    for stmt in statements:
+        if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            continue
+        head = copy.deepcopy(stmt)
+        blocks = []
+        for name in BODIES:
+            inner = getattr(stmt, name, None)
+            if isinstance(inner, list):
+                blocks.append(inner)
+                setattr(head, name, [])
+        for node in ast.walk(head):
+            if isinstance(node, ast.Name):
+                node.id = "_"
+            elif isinstance(node, ast.arg):
+                node.arg, node.annotation = "_", None
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                node.name = "_"
+                if not isinstance(node, ast.ClassDef):
+                    node.returns = None
+            elif isinstance(node, ast.AnnAssign):
+                node.annotation = ast.Constant("")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+                node.value = ""
+        out.append(ast.dump(head, annotate_fields=False))
+        for block in blocks:
+            for item in block:      # handlers and match cases hold statements of their own
+                out += _flat(item.body) if isinstance(item, (ast.ExceptHandler, ast.match_case)) else _flat([item])
+    return out
 
 
 @lru_cache(maxsize=None)
 def _library_shapes(package: str = "mlexp") -> tuple:
-    """(shape of each statement, dotted name) of every function of the course library with at
-    least COPY_MIN_STATEMENTS statements, read from its source files (never imported)."""
+    """(flat shapes, dotted name) of every function of the course library with at least
+    COPY_MIN_STATEMENTS statements, read from its source files (never imported)."""
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
@@ -72,17 +80,28 @@ def _library_shapes(package: str = "mlexp") -> tuple:
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                body = _body(node)
-                if sum(isinstance(n, ast.stmt) for b in body for n in ast.walk(b)) >= COPY_MIN_STATEMENTS:
-                    found.append((tuple(_shape([b]) for b in body), f"{module}.{node.name}"))
+                shapes = _flat(node.body)
+                if len(shapes) >= COPY_MIN_STATEMENTS:
+                    found.append((tuple(shapes), f"{module}.{node.name}"))
     return tuple(found)
 
 
+def _common(a, b) -> int:
+    """The length of the longest common subsequence of ``a`` and ``b``."""
+    row = [0] * (len(b) + 1)
+    for x in a:
+        prev = 0
+        for j, y in enumerate(b, start=1):
+            prev, row[j] = row[j], prev + 1 if x == y else max(row[j], row[j - 1])
+    return row[-1]
+
+
 def copied_library_code(tree) -> list:
-    """What in ``tree`` is a function of the course library by its content: a function whose
-    body holds the whole body of a library function (of COPY_MIN_STATEMENTS statements or more)
-    as a run of its statements, names, strings and comments aside; also in code given to
-    ``exec``/``compile`` as a constant string."""
+    """What in ``tree`` is a function of the course library by its content: the statements of a
+    library function of COPY_MIN_STATEMENTS or more, COPY_SHARE of them at least, in its order,
+    within a function of ``tree`` (names, strings, comments, ``pass`` and wrapping blocks aside),
+    or within code given to ``exec``/``compile`` as a constant string."""
+    from collections import Counter
     trees = [tree]
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exec", "compile") \
@@ -97,10 +116,12 @@ def copied_library_code(tree) -> list:
         for node in ast.walk(t):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            mine = [_shape([b]) for b in _body(node)]
+            mine = _flat(node.body)
+            have = Counter(mine)
             for shapes, name in library:
-                n = len(shapes)
-                if any(tuple(mine[i:i + n]) == shapes for i in range(len(mine) - n + 1)):
+                need = COPY_SHARE * len(shapes)
+                if sum(min(c, have[s]) for s, c in Counter(shapes).items()) >= need and \
+                        _common(shapes, mine) >= need:
                     what = f"{node.name} is the code of {name}"
                     if what not in said:
                         said.append(what)

@@ -194,3 +194,105 @@ def test_magics_and_displays_a_lesson_uses_are_not_flagged(l01):
             "if 'x' not in globals():\n    x = 1\n"
             "%time x = sum(range(10))\ndisplay(Markdown('**done**'))")
     assert audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson)).reasons() == []
+
+
+# A red-team pass (a helper playing dishonest students, 60 answers): each of these got the
+# library's result past the reading before it followed bindings in notebook order.
+D = "def recurrent_linear_attention(q, k, v, normalize=True):\n"
+CALL = "    return la(q, k, v, normalize=normalize)[0]\n"
+HIDDEN_BINDINGS = {
+    "def in an if": "if True:\n    " + D.replace("\n", "\n    ") + "    return linear_attention(q, k, v, normalize=normalize)[0]\n",
+    "def in a try": "try:\n    " + D.replace("\n", "\n    ") + "    return linear_attention(q, k, v, normalize=normalize)[0]\n"
+                    "except Exception:\n    pass\n",
+    "list append": "tools = []\ntools.append(linear_attention)\n" + D + "    return tools[0](q, k, v, normalize=normalize)[0]\n",
+    "dict update": "cfg = {}\ncfg.update(la=linear_attention)\n" + D + "    return cfg['la'](q, k, v, normalize=normalize)[0]\n",
+    "setattr on a class": "class Box:\n    pass\nsetattr(Box, 'la', staticmethod(linear_attention))\n" + D
+                          + "    return Box.la(q, k, v, normalize=normalize)[0]\n",
+    "for target": "for la in (linear_attention,):\n    pass\n" + D + CALL,
+    "with target": "import contextlib\nwith contextlib.nullcontext(linear_attention) as la:\n    pass\n" + D + CALL,
+    "walrus": "(la := linear_attention)\n" + D + CALL,
+    "except as": "try:\n    raise LookupError(linear_attention)\nexcept LookupError as e:\n    la = e.args[0]\n" + D + CALL,
+    "match capture": "match linear_attention:\n    case la:\n        pass\n" + D + CALL,
+    "global in a function": "def _setup():\n    global la\n    la = linear_attention\n_setup()\n" + D + CALL,
+    "through a list": "import mlexp\n" + D + "    return [mlexp][0].ops.linear_attention(q, k, v, normalize=normalize)[0]\n",
+    "through an or": "import mlexp\n" + D + "    return (None or mlexp).ops.linear_attention(q, k, v, normalize=normalize)[0]\n",
+    "shadowed by a later local import": D + "    return linear_attention(q, k, v, normalize=normalize)[0]\n"
+                                        "def _unused():\n    from math import sqrt as linear_attention\n",
+}
+
+
+@pytest.mark.parametrize("answer", list(HIDDEN_BINDINGS.values()), ids=list(HIDDEN_BINDINGS))
+def test_every_binding_of_a_name_before_the_test_is_followed(l01, answer):
+    lesson, _, good = l01
+    audit = audit_notebook(with_answer(good, answer), lesson_code(lesson))
+    assert "test_recurrent_form" in audit.forbidden, audit
+
+
+def test_a_name_rebound_after_the_test_does_not_hide_what_it_held(l01):
+    lesson, _, good = l01
+    nb = with_answer(good, "from mlexp.ops import linear_attention as la\n" + D + CALL)
+    nb = with_answer(nb, "import math as la", "parallel_form")        # a cell after the test
+    assert "test_recurrent_form" in audit_notebook(nb, lesson_code(lesson)).forbidden
+
+
+HONEST = {   # honest notebooks the first reading failed or flagged
+    "a scratch comparison that binds the solution's local names": (
+        "o, S = linear_attention(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))\n"
+        "print(o.shape, S.shape)"),
+    "the student's own function named like the library's": (
+        "def linear_attention(q, k, v, normalize=True):\n    return parallel_linear_attention(q, k, v, normalize)\n"
+        "print(linear_attention(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2)).shape)"),
+    "a module imported as a scratch name that a function uses as a local": (
+        "from mlexp import ops\nprint(ops.linear_attention)\n"
+        "def count_ops(T):\n    ops = 0\n    for t in range(T):\n        ops += 1\n    return ops"),
+    "display, magics and shell commands a lesson reader uses": (
+        "from IPython import display\ndisplay.clear_output()\n%config InlineBackend.figure_format = 'retina'\n"
+        "%load_ext autoreload\n%autoreload 2\n!nvidia-smi\n%pip install tqdm\nlinear_attention?\n"
+        "import gc\ngc.collect()\nprint(S.__class__.__name__ if 'S' in globals() else None)\n"
+        "class Cfg:\n    lr = 1e-3\nprint(vars(Cfg()))"),
+}
+
+
+@pytest.mark.parametrize("code", list(HONEST.values()), ids=list(HONEST))
+def test_honest_code_is_neither_failed_nor_flagged(l01, code):
+    lesson, _, good = l01
+    audit = audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson))
+    assert not audit.forbidden and audit.reasons() == [], audit
+    audit = audit_notebook(with_answer(good, code), lesson_code(lesson))       # before the first test too
+    assert not audit.forbidden and audit.reasons() == [], audit
+
+
+@pytest.mark.parametrize("code, said", [
+    ("def f():\n    return importlib.import_module('mlexp.ops')", "uses importlib.import_module"),
+    ("def f():\n    return getattr(sys, 'modules')['mlexp.ops']", "uses sys.modules"),
+    ("import pkgutil\nf = pkgutil.resolve_name('mlexp.ops:linear_attention')", "pkgutil"),
+    ("import operator, mlexp\nf = operator.attrgetter('ops.linear_attention')(mlexp)", "operator.attrgetter"),
+    ("import functools, mlexp\nf = functools.reduce(getattr, ['ops', 'linear_attention'], mlexp)", "getattr around"),
+    ("import mlexp\nf = mlexp.__getattr__('ops')", "__getattr__"),
+    ("run = exec", "exec around"),
+    ("f = [eval][0]('linear_attention')", "eval around"),
+    ("def f(q, k, v):\n    box = []\n    import timeit\n    timeit.Timer('box.append(1)', globals=locals()).timeit(1)\n"
+     "    return box", "as text (Timer)"),
+    ("import cProfile\ncProfile.run('x = 1')", "cProfile"),
+    ("def f():\n    return subprocess.run(['python', '-c', 'print(1)'])", "subprocess"),
+    ("import mlexp.rules\nbox = [mlexp.rules]\nbox[0].Trace = object", "replaces Trace on an object"),
+])
+def test_more_ways_to_run_code_the_grader_cannot_read_are_flagged(l01, code, said):
+    lesson, _, good = l01
+    audit = audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson))
+    assert any(said in what for _, what in audit.dynamic), audit.dynamic
+
+
+@pytest.mark.parametrize("edit", ["pass", "if True", "an extra statement"])
+def test_a_padded_paste_is_still_the_librarys_code(edit):
+    """One `pass`, a wrapping block or one extra line made an exact match miss a paste (red team)."""
+    import ast
+    paste = corpus.pasted_library_function(REPO / "mlexp" / "ops" / "linear.py", "_recurrent", "_scan")
+    head, body = paste.split("\n", 1)
+    if edit == "pass":
+        body = "    pass\n" + body
+    elif edit == "if True":
+        body = "    if True:\n" + "\n".join("    " + line for line in body.splitlines())
+    else:
+        body = "    scale = 1.0\n" + body
+    assert copied_library_code(ast.parse(head + "\n" + body)) == ["_scan is the code of mlexp.ops.linear._recurrent"]
