@@ -815,15 +815,15 @@ CASES += [
     l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
     l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),
     l03_chunk("a state for every token, one chunk at a time (cumsum)", source=CHUNK_STATES_IN_CHUNKS, hint=CHUNK_STATES_HINT),
-    l03_chunk("a state for every token, one chunk at a time (triangular product)", source=CHUNK_STATES_BY_TRIL, hint=CHUNK_STATES_HINT),
+    l03_chunk("a state for every token, one chunk at a time (triangular product)", source=CHUNK_STATES_BY_TRIL, hint=CHUNK_STATES_HINT, slow=True),
     l03_chunk("each chunk's queries against every earlier key", source=CHUNK_SQUARE_IN_PIECES, hint=CHUNK_IN_PIECES),
-    l03_chunk("each chunk's queries against every earlier key, einsum into o", source=CHUNK_SQUARE_IN_PIECES_EINSUM, hint=CHUNK_IN_PIECES),
+    l03_chunk("each chunk's queries against every earlier key, einsum into o", source=CHUNK_SQUARE_IN_PIECES_EINSUM, hint=CHUNK_IN_PIECES, slow=True),
     l03_chunk("float64 result for float32 inputs", ("B, H, T, D_k = q.shape", "q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
               hint=CHUNK_FLOAT64_OUT),
     l03_chunk("float64 state, float32 inputs cast up", ("S = q.new_zeros(B, H, D_k, v.shape[-1])", "S = torch.zeros(B, H, D_k, v.shape[-1], dtype=torch.float64)"),
               ("Qc, Kc, Vc = (x[:, :, start:start + chunk_size] for x in (q, k, v))", "Qc, Kc, Vc = (x[:, :, start:start + chunk_size].double() for x in (q, k, v))"),
               hint=CHUNK_FLOAT64_OUT),
-    l03_chunk("result cast to the inputs' dtype at the end", ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(q.dtype)")),
+    l03_chunk("result cast to the inputs' dtype at the end", ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(q.dtype)"), slow=True),
 ]
 
 
