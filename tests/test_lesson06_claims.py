@@ -144,6 +144,13 @@ def claims(t, sweep):
             every(lambda i: v("decay", "mqar")[i] < v("gated_delta", "mqar")[i] - 0.3),
         "decay at its best rate is below gated_delta's worst seed at 24 pairs":
             max(v("decay", "mqar")) < min(v("gated_delta", "mqar_p24")),
+        # where the sweep does not bracket the best rate (issue 40)
+        "the best rate is on the grid's top edge for attention, hybrid_at_0 and gated_delta, on its bottom edge for decay "
+        "and inattention, and inside it for every other design":
+            {d for d in sweep if best_rate(sweep[d]) == max(sweep[d])} == {"attention", "hybrid_at_0", "gated_delta"}
+            and {d for d in sweep if best_rate(sweep[d]) == min(sweep[d])} == {"decay", "inattention"},
+        "gated_delta did better at 6e-3 than at 3e-3":
+            gd[6e-3]["mqar_mean"] > gd[3e-3]["mqar_mean"],
         # the control (issue 40): Gated DeltaNet's layer with an additive write
         "gated_additive's best rate is 3e-3, with 1e-3 and 6e-3 both below it by > 0.1 (bracketed)":
             best_rate(sweep["gated_additive"]) == 3e-3
@@ -334,6 +341,10 @@ def test_the_claims_fail_when_the_table_changes(committed):
     swapped = copy.deepcopy(table)
     swapped["gated_additive"], swapped["decay"] = swapped["decay"], swapped["gated_additive"]
     assert not claims(swapped, sweep)["gated_additive stays far above decay in every seed (MQAR, by > 0.5)"]
+    edges = copy.deepcopy(sweep)                          # decay's 1e-3 and 6e-3 runs swapped: its best rate moves to the top edge
+    edges["decay"][1e-3], edges["decay"][6e-3] = edges["decay"][6e-3], edges["decay"][1e-3]
+    assert not claims(table, edges)["the best rate is on the grid's top edge for attention, hybrid_at_0 and gated_delta, "
+                                    "on its bottom edge for decay and inattention, and inside it for every other design"]
     control_rates = copy.deepcopy(sweep)                  # the sweep's 1e-3 and 3e-3 runs of the control swapped
     c = control_rates["gated_additive"]
     c[1e-3], c[3e-3] = c[3e-3], c[1e-3]
