@@ -1131,6 +1131,16 @@ CASES += [
     Case(L04, "test_crossover", "zero", {"crossover": sol(L04, "crossover", (CROSS, "return 0"))}, "of positive size"),
 ]
 
+CASES += [
+    # Lesson 06: the form its visible part checks, now that the bytes are checked at grading (issue 39, item 4).
+    Case(L06, "test_memory", "a fraction of a byte",
+         {"memory": sol(L06, "memory", ("return numbers * bytes_per_number", "return numbers * bytes_per_number / 3"))},
+         "a positive whole number of bytes"),
+    Case(L06, "test_memory", "bytes_per_number ignored",
+         {"memory": sol(L06, "memory", ("return numbers * bytes_per_number", "return numbers * 2"))},
+         "multiply by bytes_per_number"),
+]
+
 # Issue 39, item 4: where an answer comes from a small space, the visible part checks only its form and
 # the hidden part its value (and each catalogued wrong value), so a hint on the value is given at grading
 # only. {(lesson, test): the hints the visible part still gives: form, rules, missing code}.
@@ -1156,6 +1166,10 @@ FORM_HINTS = {
     (L04, "test_pure_attention"): ("not defined", "a finite, positive number"),
     (L04, "test_crossover"): ("not written yet", "not defined", "Use plain Python", "write it yourself",
                               "a fraction of a token", "should return a number of tokens", "of positive size"),
+    (L06, "test_memory"): ("not written yet", "not defined", "Count the numbers yourself", "write it yourself",
+                           "not mlexp.capstone.memory_bytes",
+                           "should return a number of bytes", "a positive whole number of bytes",
+                           "multiply by bytes_per_number"),
 }
 CASES = [replace(c, hidden_only=True) if c.hint is not None and (c.lesson, c.test) in FORM_HINTS
          and not any(h in c.hint for h in FORM_HINTS[c.lesson, c.test]) else c for c in CASES]

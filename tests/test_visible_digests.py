@@ -156,30 +156,14 @@ def problems(site: Site, space: Space | None) -> list:
 
 
 _INT = "an integer"
-MEMORY_06 = 2 * 4 * 2 * 64 * 64 * 2      # twice four full caches of 2 x dim numbers per token, 64 tokens, 2 bytes
-MEMORY_06_WHY = "at most twice what four full attention layers keep at 64 tokens (dim = 64, 2 bytes): 131,072"
 SPACES = {
     # lesson 03
     ("03_gates_and_delta_rule", "test_decay_memory", "got_half"): Space(
         1, 100, sig6=True, why="a real number of tokens between 1 and 100, compared to 6 significant digits"),
-    # lesson 06
-    ("06_recall_per_byte", "test_memory", "(got := answer(hybrid, 64))"): Space(
-        0, MEMORY_06, why=f"{_INT} number of bytes, {MEMORY_06_WHY}"),
-    ("06_recall_per_byte", "test_memory", "(got := answer(window8, 64, window=8))"): Space(
-        0, MEMORY_06, why=f"{_INT} number of bytes, {MEMORY_06_WHY}"),
-    ("06_recall_per_byte", "test_memory", "(got := answer(window8, 5, window=8))"): Space(
-        0, MEMORY_06, why=f"{_INT} number of bytes, {MEMORY_06_WHY}"),
-    ("06_recall_per_byte", "test_memory", "(got := answer(inatt, 64))"): Space(
-        0, MEMORY_06, why=f"{_INT} number of bytes, {MEMORY_06_WHY}"),
 }
 
 # Known to be small, waiting for the same fix as lessons 01 and 03's pairs (issue 39, item 4).
-PENDING = {
-    ("06_recall_per_byte", "test_memory", "(got := answer(hybrid, 64))"),
-    ("06_recall_per_byte", "test_memory", "(got := answer(window8, 64, window=8))"),
-    ("06_recall_per_byte", "test_memory", "(got := answer(window8, 5, window=8))"),
-    ("06_recall_per_byte", "test_memory", "(got := answer(inatt, 64))"),
-}
+PENDING: set = set()
 
 SITES = released_sites()
 
