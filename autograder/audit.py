@@ -47,7 +47,7 @@ from .copies import copied_library_code
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 
-RULES = ("write_it_yourself", "no_loop", "bounded", "call")
+RULES = ("write_it_yourself", "in_time", "no_loop", "bounded", "summed_work", "call")
 RULE_HINT = "this exercise asks you to write it yourself"      # as mlexp.rules says it
 @dataclass
 class Audit:

@@ -31,10 +31,14 @@ class StudentFunction:
     def __call__(self, *args, **kwargs):
         return self._link.call(self, args, kwargs)
 
-    def _watched_call(self, args, kwargs, forbid):
+    def _watched_call(self, args, kwargs, forbid, limit=None):
         """The call watched in the kernel by mlexp.rules (the exercise's stated rules): returns
-        (result, the trace as data, or None when the kernel sent none)."""
-        return self._link.call(self, tuple(args), dict(kwargs), watch=[str(m) for m in forbid])
+        (result, the trace as data, or None when the kernel sent none). ``limit``: (seconds,
+        hint) from :func:`mlexp.rules.in_time`: the call is stopped here, on the grader's clock,
+        after that many seconds, and the test fails with the hint (nothing in the kernel can
+        stretch that time)."""
+        return self._link.call(self, tuple(args), dict(kwargs), watch=[str(m) for m in forbid],
+                               limit=limit)
 
     def __repr__(self):
         return f"<{self._type} {self.__name__} from the student's notebook>"
@@ -125,12 +129,19 @@ class KernelLink:
         self.blocked = False     # a request ran but sent no reply: the notebook intercepted it
         self.module = KERNEL_MODULE   # the name of the kernel side's copy the requests go to
 
-    def request(self, req: KernelRequest, what: str) -> KernelReply:
+    def request(self, req: KernelRequest, what: str, limit=None) -> KernelReply:
         """Send ``req`` to the kernel within the test's time; its reply. Raises StudentTimeout
-        past the limit and RuntimeError when no reply came (the channel was blocked)."""
+        past the limit and RuntimeError when no reply came (the channel was blocked).
+        ``limit``: (seconds, hint), a shorter limit for this request; past it the StudentTimeout
+        carries the hint."""
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise StudentTimeout(f"time ran out before {what}")
+        own = None
+        if limit is not None:
+            seconds, hint = float(limit[0]), str(limit[1])
+            if remaining is None or seconds < remaining:
+                remaining, own = seconds, (seconds, hint)
         code = (f"__import__('sys').modules[{self.module!r}]"
                 f".kernel_request({req.to_json()!r})")
         self.busy = True
@@ -138,6 +149,9 @@ class KernelLink:
             reply, timed_out, error = self.client.run_request(code, remaining)
         finally:
             self.busy = False
+        if timed_out and own is not None:
+            raise StudentTimeout(f"{what} did not finish within the {own[0]:g} s this test allows it",
+                                 hint=own[1])
         if timed_out or self.expired:
             raise StudentTimeout(f"{what} did not finish within the time limit")
         if not isinstance(reply, dict):   # no reply, or not one the kernel side writes
@@ -188,9 +202,10 @@ class KernelLink:
             value._where = where
         return value
 
-    def call(self, fn: StudentFunction, args: tuple, kwargs: dict, watch=None):
+    def call(self, fn: StudentFunction, args: tuple, kwargs: dict, watch=None, limit=None):
         """Call ``fn`` in the kernel. ``watch`` (a list of module names): run it under
-        mlexp.rules.watching there and return (value, trace data) instead of the value."""
+        mlexp.rules.watching there and return (value, trace data) instead of the value.
+        ``limit``: (seconds, hint) for this call, see :meth:`request`."""
         import torch
         grad_leaves = [] if torch.is_grad_enabled() else None
         try:
@@ -201,7 +216,7 @@ class KernelLink:
                             f"notebook ({exc}); this is a fault of the test") from None
         grad = bool(grad_leaves)
         req = KernelRequest.call(fn._ref, args_node, kwargs_node, grad, watch)
-        reply = self.request(req, f"the call of {fn.__name__}")
+        reply = self.request(req, f"the call of {fn.__name__}", limit)
         if reply.error is not None:
             raise reply.raised()
         out_leaves = {}

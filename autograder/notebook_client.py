@@ -34,9 +34,14 @@ RECOVER_S = 10          # after a time limit, how long an interrupted kernel may
 
 
 class StudentTimeout(BaseException):
-    """A test, or a student function it called, ran past the cell's time limit.
+    """A test, or a student function it called, ran past the cell's time limit, or past the
+    shorter limit a test set for one call (``hint``: what the test says then, else "").
 
     A BaseException, so that no ``except Exception`` in a test can swallow it."""
+
+    def __init__(self, message: str = "", hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
 
 
 class KernelGone(BaseException):

@@ -105,7 +105,7 @@ def run_test(cell, link, options, limit, show_call_output=False) -> str:
                 if note:
                     out.write(note + "\n")
     except StudentTimeout as exc:
-        error = _error(TIMEOUT_ENAME, f"{_timeout_text(options, limit, 'this test')} ({exc})")
+        error = _error(TIMEOUT_ENAME, exc.hint or f"{_timeout_text(options, limit, 'this test')} ({exc})")
     except KernelGone:
         raise
     except KeyboardInterrupt:

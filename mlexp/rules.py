@@ -50,8 +50,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["Trace", "watching", "call", "write_it_yourself", "no_loop", "bounded", "summed_work", "digest",
-           "RULE_HINT"]
+__all__ = ["Trace", "watching", "call", "write_it_yourself", "in_time", "no_loop", "bounded", "summed_work",
+           "digest", "RULE_HINT"]
 
 RULE_HINT = "this exercise asks you to write it yourself"
 MAX_USED = 8
@@ -433,9 +433,15 @@ def call(fn, *args, forbid=(), **kwargs):
     arguments, made with no torch operation the watch saw (TorchScript, torch's function
     handling switched off), is recorded in ``escaped``.
     """
+    return _call(fn, args, kwargs, forbid)
+
+
+def _call(fn, args, kwargs, forbid, limit=None):
+    """:func:`call`; ``limit`` (seconds, hint) is passed to a grader's proxy, which stops the call
+    on its own clock (see :func:`in_time`)."""
     remote = getattr(fn, "_watched_call", None)
     if callable(remote):
-        result, data = remote(args, kwargs, list(forbid))
+        result, data = remote(args, kwargs, list(forbid), **({"limit": limit} if limit else {}))
         try:
             trace = Trace.from_dict(data)
         except ValueError:
@@ -467,6 +473,25 @@ def write_it_yourself(fn, *args, forbid, instead: str = "", **kwargs):
     the ``forbid`` modules. ``instead``: what the exercise asks for, for the hint."""
     result, trace = call(fn, *args, forbid=forbid, **kwargs)
     _refuse(fn, trace, forbid, instead)
+    return result
+
+
+def in_time(fn, *args, seconds: float, too_slow: str, forbid, instead: str = "", **kwargs):
+    """:func:`write_it_yourself` within ``seconds``: the rule by its physical consequence, a length
+    at which a form whose work grows faster than the exercise allows cannot finish in time.
+
+    For a grader's proxy of a student function the time is kept by the grader, outside the
+    student's process (autograder.calls: the call is stopped at ``seconds`` and the test fails
+    with the hint), so nothing the notebook does changes the verdict; elsewhere (the student's
+    own check) the call is timed here and fails afterwards. ``too_slow``: what running out of
+    time means in the exercise's terms, for the hint. Returns the result."""
+    hint = f"Hint: {RULE_HINT} with work that grows the way it asks: {_name(fn)} did not finish within {seconds:g} s. {too_slow}"
+    start = time.monotonic()
+    result, trace = _call(fn, args, kwargs, forbid, limit=(seconds, hint))
+    elapsed = time.monotonic() - start
+    _refuse(fn, trace, forbid, instead)
+    if elapsed > seconds:
+        raise AssertionError(hint.replace("did not finish within", f"took {elapsed:.1f} s, more than the"))
     return result
 
 

@@ -365,3 +365,44 @@ def test_the_kernel_runs_torch_on_its_share_of_threads(tmp_path, sandboxed):
     assert not report["kernel"], report
     [out] = [o for o in executed.cells[0].outputs if o.get("output_type") == "stream"]
     assert out["text"].split() == ["1", "1"], out
+
+
+SLOW_STUDENT = '''import time, torch
+
+def settle(x):          # takes far longer than the test allows, and hides the time it takes
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        pass
+    return x * 2
+
+def quick(x):
+    return x * 2
+'''
+
+IN_TIME = '''import torch
+from mlexp import rules
+x = torch.ones(3)
+got = rules.in_time({name}, x, seconds=2, too_slow="Chunks bound the work.", forbid=("mlexp.ops",))
+assert torch.equal(got, x * 2), "Hint: twice x"
+'''
+
+
+@pytest.mark.slow
+def test_a_call_past_the_time_a_test_sets_is_stopped_on_the_graders_clock(tmp_path):
+    """rules.in_time (issue 39): the grader keeps the time of the call, so a student function that
+    runs past it fails with the rule's hint whatever it does in its kernel (here it swallows the
+    interrupt and returns the right value), and the kernel goes on to the next test."""
+    cells = [_solution("answer", SLOW_STUDENT), _test("test_settle", 2, IN_TIME.format(name="settle")),
+             _test("test_quick", 1, IN_TIME.format(name="quick"))]
+    start = time.monotonic()
+    executed, report = run_submission(nbformat.v4.new_notebook(cells=cells), tmp_path,
+                                      GradingOptions(cell_timeout=60))
+    assert time.monotonic() - start < 50
+    errors = {c.metadata["nbgrader"]["grade_id"]: [o for o in c.outputs if o.get("output_type") == "error"]
+              for c in executed.cells[1:]}
+    [err] = errors["test_settle"]
+    assert "settle did not finish within 2 s. Chunks bound the work." in err["evalue"], err
+    assert err["evalue"].startswith("Hint: "), err
+    assert errors["test_quick"] == [], errors
+    assert not report["kernel"], report

@@ -342,3 +342,37 @@ def test_packages_on_any_site_folder_of_sys_path_are_library_code(tmp_path, monk
     sources = rules._Sources()
     assert not sources.own(str(site / "pkg" / "mod.py")) and sources.own(str(tmp_path / "cell.py"))
     assert not sources.own(torch.__file__)
+
+
+def test_in_time_passes_a_fast_form_and_fails_a_slow_one_with_its_hint():
+    """rules.in_time in the student's own check: timed here, failed afterwards with the hint."""
+    import time as _time
+
+    def slow(q, k, v):
+        _time.sleep(0.3)
+        return own(q, k, v)
+
+    out = rules.in_time(own, *inputs(8), seconds=5, too_slow="Chunks of C tokens.", forbid=("mlexp.ops",))
+    assert torch.allclose(out, own(*inputs(8)))
+    with pytest.raises(AssertionError, match=r"slow took \d\.\d s, more than the 0.05 s\. Chunks of C tokens\."):
+        rules.in_time(slow, *inputs(8), seconds=0.05, too_slow="Chunks of C tokens.", forbid=("mlexp.ops",))
+    with pytest.raises(AssertionError, match="write it yourself"):   # the library op is still refused
+        rules.in_time(library, *inputs(8), seconds=5, too_slow="x", forbid=("mlexp.ops",))
+
+
+def test_in_time_hands_its_limit_to_a_graders_proxy():
+    """A grader's proxy gets (seconds, hint) and keeps the time itself (autograder.calls)."""
+    seen = {}
+
+    class Proxy:
+        __name__ = "chunked"
+
+        def _watched_call(self, args, kwargs, forbid, limit=None):
+            seen["limit"] = limit
+            with rules.watching(forbid) as trace:
+                result = own(*args)
+            return result, trace.as_dict()
+
+    rules.in_time(Proxy(), *inputs(8), seconds=7, too_slow="Pieces.", forbid=("mlexp.ops",))
+    seconds, hint = seen["limit"]
+    assert seconds == 7 and hint.startswith("Hint: ") and "within 7 s. Pieces." in hint
