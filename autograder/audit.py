@@ -41,8 +41,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from .cells import grade_id_of, is_test_cell
-from .audit_code import code_in_strings, dynamic_code
-from .audit_names import Bindings, import_modules, attribute_paths, free_loads
+from .audit_code import code_in_strings, dynamic_code, loops
+from .audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
 from .copies import copied_library_code
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
@@ -52,8 +52,11 @@ RULE_HINT = "this exercise asks you to write it yourself"      # as mlexp.rules 
 @dataclass
 class Audit:
     """What the source says: ``forbidden`` {test grade id: the hint its test fails with};
-    ``dynamic`` [(cell number, what the code does)], for review; ``read`` cells read."""
+    ``loops`` {test grade id: the loop found in the function its "no loop over the sequence"
+    rule names}, for review when that test passes; ``dynamic`` [(cell number, what the code
+    does)], for review; ``read`` cells read."""
     forbidden: dict = field(default_factory=dict)
+    loops: dict = field(default_factory=dict)
     dynamic: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     read: int = 0
@@ -202,7 +205,8 @@ def _is_forbidden(dotted: str, forbid) -> str:
 
 
 def _rules_of(test_source: str) -> list:
-    """[(function name, forbid modules, instead)] of each rule call in a test cell's source."""
+    """[(function name, forbid modules, instead, rule, over)] of each rule call in a test cell's
+    source (``over``: the ``over=`` of a ``no_loop``, "t" when not given)."""
     tree = _parse(test_source)
     found = []
     for node in ast.walk(tree) if tree is not None else ():
@@ -216,10 +220,11 @@ def _rules_of(test_source: str) -> list:
         try:
             forbid = tuple(ast.literal_eval(kw["forbid"])) if "forbid" in kw else ()
             instead = ast.literal_eval(kw["instead"]) if "instead" in kw else ""
+            over = ast.literal_eval(kw["over"]) if "over" in kw else "t"
         except (ValueError, TypeError, SyntaxError):
             continue
-        if forbid and all(isinstance(m, str) for m in forbid):
-            found.append((node.args[0].id, forbid, instead if isinstance(instead, str) else ""))
+        if (forbid or name == "no_loop") and all(isinstance(m, str) for m in forbid):
+            found.append((node.args[0].id, forbid, instead if isinstance(instead, str) else "", name, over))
     return found
 
 
@@ -255,11 +260,44 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
                           if (number, what) not in out.copies)
     student_cells = {n for _, n in student}
     for grade_id, found in rules.items():
-        for test_cell, fn, forbid, instead in found:
+        for test_cell, fn, forbid, instead, rule, over in found:
             hint = _forbidden_use(fn, test_cell, forbid, instead, bindings, student_cells)
             if hint:
                 out.forbidden.setdefault(grade_id, hint)
+            if rule == "no_loop" and over == "t" and grade_id not in out.loops:
+                loop = _loop_in(fn, test_cell, bindings, student_cells)
+                if loop:
+                    out.loops[grade_id] = loop
     return out
+
+
+def _closure(fn, test_cell, bindings: Bindings, student_cells):
+    """The student's bindings ``fn`` is made of when the test in ``test_cell`` calls it: its own,
+    then those of every module name they read, in turn (each name once)."""
+    seen, todo = set(), [fn]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for b in bindings.at(name, test_cell):
+            if b.cell in student_cells:
+                yield name, b
+                todo.extend(n.id for n in free_loads(b.node) if n.id not in seen)
+
+
+def _loop_in(fn, test_cell, bindings: Bindings, student_cells) -> str:
+    """The first loop (or recursion) in what ``fn`` is made of, in words, or "": a "no loop over
+    the sequence" rule is judged by the watch in the student's kernel, and a loop in the source
+    is what that verdict would have to be trusted on."""
+    for name, b in _closure(fn, test_cell, bindings, student_cells):
+        found = loops(b.node)
+        if isinstance(b.node, FUNCTIONS) and any(n.id == name for n in free_loads(b.node)):
+            found.append((b.node.lineno, f"{name} calls itself"))
+        if found:
+            line, what = min(found)
+            return f"{fn} (cell {b.cell}, line {line}: {what})"
+    return ""
 
 
 def _forbidden_use(fn, test_cell, forbid, instead, bindings: Bindings, student_cells) -> str:
@@ -340,3 +378,9 @@ def apply_audit(nb, report: dict, audit: Audit) -> None:
                                                        traceback=[f"AssertionError: {hint}"]))
     review = report.setdefault("review", [])
     review.extend(r for r in audit.reasons() if r not in review)
+    for cell in nb.cells if nb is not None else ():
+        loop = audit.loops.get(grade_id_of(cell)) if is_test_cell(cell) else None
+        if loop and not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            review.append(f"test '{grade_id_of(cell)}' passed its rule (no loop over the sequence) on the word "
+                          f"of the watch inside the student's kernel, and the source has a loop: {loop}. "
+                          "Check that it does not run once per token")

@@ -240,3 +240,44 @@ def dynamic_code(tree, names) -> list:
                         isinstance(sub.value.func, ast.Name) and sub.value.func.id in ("globals", "locals"):
                     say(f"writes into {sub.value.func.id}() by key")
     return said
+
+
+# Calls that run a function once per item of what they are given: a loop written as a call.
+LOOPING_CALLS = {"map", "filter", "reduce", "functools.reduce", "itertools.accumulate", "accumulate",
+                 "itertools.starmap", "starmap", "apply_", "map_", "map2_"}
+
+
+def _fixed_length(node) -> bool:
+    """An iterable whose length the source fixes: a literal tuple, list or set (``for x in (q, k,
+    v)``), ``range`` of constants, or ``zip``/``enumerate`` of such."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return not any(isinstance(e, ast.Starred) for e in node.elts)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        if node.func.id == "range":
+            return bool(node.args) and all(isinstance(a, ast.Constant) for a in node.args)
+        if node.func.id in ("zip", "enumerate", "reversed") and node.args:
+            return all(_fixed_length(a) for a in node.args[:1 if node.func.id != "zip" else None])
+    return False
+
+
+def loops(node) -> list:
+    """[(line, what)] for each loop in ``node`` whose number of turns the source does not fix:
+    ``for``/``while``, comprehensions and generators, and calls that loop (``map``,
+    ``functools.reduce``, ``Tensor.apply_``, ...). A loop over a literal tuple or ``range(4)``
+    is fixed; one over a tensor, ``range(T)`` or ``q.shape[2]`` is not."""
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.For, ast.AsyncFor)) and not _fixed_length(sub.iter):
+            found.append((sub.lineno, f"for ... in {ast.unparse(sub.iter)[:60]}"))
+        elif isinstance(sub, ast.While):
+            found.append((sub.lineno, f"while {ast.unparse(sub.test)[:60]}"))
+        elif isinstance(sub, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            for gen in sub.generators:
+                if not _fixed_length(gen.iter):
+                    found.append((sub.lineno, f"a comprehension over {ast.unparse(gen.iter)[:60]}"))
+        elif isinstance(sub, ast.Call):
+            f = sub.func
+            name = ast.unparse(f) if isinstance(f, (ast.Name, ast.Attribute)) else ""
+            if name in LOOPING_CALLS or (isinstance(f, ast.Attribute) and f.attr in ("apply_", "map_", "map2_")):
+                found.append((sub.lineno, f"{name[:60]}(...)"))
+    return sorted(set(found))

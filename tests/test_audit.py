@@ -156,6 +156,8 @@ def test_no_answer_of_the_course_is_flagged():
         student = path.parent.parent.name if "submissions" in path.parts else None
         for grade_id in audit.forbidden:
             assert student and "library" in expects[student].get(grade_id, ""), (path, audit.forbidden)
+        for grade_id in audit.loops:      # only students whose test fails on its loop anyway
+            assert student and "loop" in expects[student].get(grade_id, ""), (path, audit.loops)
         checked += 1
     assert checked > 100
 
@@ -296,3 +298,58 @@ def test_a_padded_paste_is_still_the_librarys_code(edit):
     else:
         body = "    scale = 1.0\n" + body
     assert copied_library_code(ast.parse(head + "\n" + body)) == ["_scan is the code of mlexp.ops.linear._recurrent"]
+
+
+LOOPED = {
+    "for over the tokens": "def parallel_linear_attention(q, k, v, normalize=True):\n"
+        "    out = []\n    for t in range(q.shape[2]):\n"
+        "        A = q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-1, -2)\n"
+        "        o = A @ v[:, :, :t + 1]\n        out.append(o / A.sum(-1, keepdim=True) if normalize else o)\n"
+        "    return torch.cat(out, 2)",
+    "a comprehension in a helper": "def step(q, k, v, t):\n    A = q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-1, -2)\n"
+        "    return A @ v[:, :, :t + 1] / A.sum(-1, keepdim=True)\n"
+        "def parallel_linear_attention(q, k, v, normalize=True):\n"
+        "    return torch.cat([step(q, k, v, t) for t in range(q.shape[2])], 2)",
+    "recursion": "def parallel_linear_attention(q, k, v, normalize=True):\n    if q.shape[2] == 0:\n        return v\n"
+        "    head = parallel_linear_attention(q[:, :, :-1], k[:, :, :-1], v[:, :, :-1], normalize)\n"
+        "    A = q[:, :, -1:] @ k.transpose(-1, -2)\n    return torch.cat([head, A @ v / A.sum(-1, keepdim=True)], 2)",
+    "functools.reduce": "import functools\ndef parallel_linear_attention(q, k, v, normalize=True):\n"
+        "    return functools.reduce(lambda acc, t: acc, range(q.shape[2]), q)",
+}
+
+
+@pytest.mark.parametrize("code", list(LOOPED.values()), ids=list(LOOPED))
+def test_a_loop_behind_a_no_loop_rule_is_flagged_when_its_test_passes(l01, code):
+    """A "no loop over the sequence" rule is judged by the watch in the student's kernel; a loop
+    in the source (any that the source does not fix the length of) holds a passed test for review."""
+    lesson, _, good = l01
+    nb = with_answer(good, code, "parallel_form")
+    audit = audit_notebook(nb, lesson_code(lesson))
+    assert list(audit.loops) == ["test_parallel_form"] and "parallel_linear_attention (cell" in audit.loops[
+        "test_parallel_form"], audit
+    assert audit.reasons() == []        # nothing to say before the verdict is known
+    for failed in (False, True):
+        executed = copy.deepcopy(nb)
+        for cell in executed.cells:
+            if is_test_cell(cell):
+                cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="Hint: x", traceback=[])
+                                if failed else nbformat.v4.new_output("stream", name="stdout", text="ok\n")]
+        report = {"review": []}
+        apply_audit(executed, report, audit)
+        said = [r for r in report["review"] if "test_parallel_form" in r]
+        assert said == ([] if failed else [said[0]]), report
+        assert failed or "no loop over the sequence" in said[0] and "once per token" in said[0]
+
+
+@pytest.mark.parametrize("code", [
+    "def parallel_linear_attention(q, k, v, normalize=True):\n    q, k = (x.double() for x in (q, k))\n"
+    "    A = (q @ k.transpose(-1, -2)).tril().to(v.dtype)\n    o = A @ v\n"
+    "    return o / A.sum(-1, keepdim=True) if normalize else o",
+    "def parallel_linear_attention(q, k, v, normalize=True):\n    for _ in range(1):\n"
+    "        A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True) if normalize else A @ v",
+    "def parallel_linear_attention(q, k, v, normalize=True):\n    for i, x in enumerate([q, k]):\n        pass\n"
+    "    A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True) if normalize else A @ v",
+], ids=["generator over (q, k)", "range(1)", "enumerate of a list"])
+def test_loops_of_a_fixed_length_are_not_flagged(l01, code):
+    lesson, _, good = l01
+    assert audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson)).loops == {}
