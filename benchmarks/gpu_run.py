@@ -37,14 +37,14 @@ import time
 
 import torch
 
+from mlexp.ops.registry import op_label
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ops_cuda  # noqa: E402  (benchmarks/ is not a package)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPILE_TIMES = os.path.join(HERE, "compile_times.json")
 MODES = ("fwd", "fwd+bwd")
-NAMES = {"linear": "linear", "gated_scalar": "gated, scalar g", "gated_channel": "gated, per-channel g",
-         "delta": "delta rule", "gated_delta": "gated delta rule"}
 
 # What the first H200 window (2026-12-01, README) reached: these cases go last.
 MEASURED = {
@@ -273,7 +273,7 @@ def render(results):
     fla_failed = []
     for op, shape in order:
         case = timed.get((op, shape), {})
-        row = [str(shape), NAMES.get(op, op)]
+        row = [str(shape), op_label(op)]
         for mode in MODES:
             t = case.get(mode, {})
             row += [_cell_fla(t), _cell_chunk(t)]
@@ -294,7 +294,7 @@ def render(results):
         for op, shape in [(op, tuple(s)) for op, s in meta.get("ab_planned") or [[c["op"], c["shape"]] for c in ab]]:
             c = done.get((op, shape), {})
             cells = [_ratio(c[m]["triton"], c[m][c["variant"]]) if m in c else "not reached" for m in MODES]
-            lines.append("| " + " | ".join([str(shape), NAMES.get(op, op)] + cells) + " |")
+            lines.append("| " + " | ".join([str(shape), op_label(op)] + cells) + " |")
     if results.get("not_reached"):
         lines += ["", "Not reached in the time budget: " + ", ".join(results["not_reached"])]
     return "\n".join(lines) + "\n"
@@ -328,7 +328,7 @@ def _first_call(op, dtype_name, shapes):
     t0 = time.monotonic()
     for shape in shapes:
         x = ops_cuda.make_inputs(*shape, ops_cuda.DTYPES[dtype_name], torch.device("cuda"))
-        names = ops_cuda.USES[op]
+        names = ops_cuda.OPS[op].inputs
         ops_cuda.forward_backward(lambda x: ops_cuda.OPS[op](x, "triton"), x, names)()
     torch.cuda.synchronize()
     return len(shapes), time.monotonic() - t0
@@ -341,7 +341,7 @@ def _fla_first_call(op, dtype_name, shapes):
     for shape in shapes:
         x = ops_cuda.to_fla(ops_cuda.make_inputs(*shape, ops_cuda.DTYPES[dtype_name], torch.device("cuda")))
         try:
-            ops_cuda.forward_backward(fla[op], x, ops_cuda.USES[op])()
+            ops_cuda.forward_backward(fla[op], x, ops_cuda.OPS[op].inputs)()
         except Exception:                                                         # noqa: BLE001 - forward at least
             with torch.no_grad():
                 fla[op](x)
@@ -408,7 +408,7 @@ def run_ab(case, dtype, device, repeats):
     for mode in MODES:
         row = {}
         for label, var in (("triton", None), (case["variant"], case["variant"])):
-            call = ops_cuda.forward_backward(fn, x, ops_cuda.USES[op]) if mode == "fwd+bwd" else (lambda: fn(x))
+            call = ops_cuda.forward_backward(fn, x, ops_cuda.OPS[op].inputs) if mode == "fwd+bwd" else (lambda: fn(x))
             with variant(var), (torch.no_grad() if mode == "fwd" else torch.enable_grad()):
                 row[label] = list(ops_cuda.cuda_time(call, repeats))
         out[mode] = row
@@ -446,7 +446,7 @@ def main(argv=None):
     if a.measure_compile:
         return measure_compile(units)
     fla, why = ops_cuda.fla_ops()
-    fla_jobs = fla_units(cases) if fla else []
+    fla_jobs = fla_units([c for c in cases if c["op"] in fla]) if fla else []
     est = estimate(cases, units, len(fla_jobs), a.jobs, load_compile_times())
     print(f"# plan: {len(cases)} cases ({sum(c['kind'] == 'check' for c in cases)} correctness, "
           f"{sum(c['kind'] == 'time' for c in cases)} timed (op, shape), {sum(c['kind'] == 'ab' for c in cases)} "

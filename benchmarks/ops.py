@@ -17,6 +17,10 @@ run-by-run ratios, so a slow patch of the machine slows both sides of it. The go
   - forward + backward: >= 2x faster than flash-linear-attention's pure-PyTorch reference for the
     same op, when fla is installed (pip install --no-deps fla-core einops; never a dependency).
 On a CUDA machine the same command adds the Triton tables.
+
+The ops and their order come from mlexp/ops/registry.py, and rows are named by its labels (since
+issue 42: "gated, scalar g", "gated, per-channel g", "delta rule", "gated delta rule", where this
+script printed "gated (scalar g)", "gated (channel g)", "delta_rule", "gated_delta_rule").
 """
 import argparse
 import time
@@ -25,7 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mlexp.ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_attention
+from mlexp.ops import linear_attention
+from mlexp.ops.registry import OPS, make_inputs
 
 
 @dataclass
@@ -105,28 +110,15 @@ def qkv(B, H, T, D, device, grad=False, dtype=torch.float32):
 
 
 def family_inputs(B, H, T, D, device, grad=False, dtype=torch.float32):
-    """Inputs for every op of the family: q, k, v as in :func:`qkv`, unit keys for the delta rule,
-    beta in (0, 1), and log-decays g per head and token (B, H, T) and per key channel (B, H, T, D)."""
-    q, k, v = qkv(B, H, T, D, device, dtype=dtype)
-    k_unit = F.normalize(torch.randn(B, H, T, D, device=device, dtype=dtype), dim=-1)
-    beta = torch.sigmoid(torch.randn(B, H, T, device=device, dtype=dtype))
-    g = F.logsigmoid(torch.randn(B, H, T, device=device, dtype=dtype) + 3)
-    g_ch = F.logsigmoid(torch.randn(B, H, T, D, device=device, dtype=dtype) + 3)
-    xs = dict(q=q, k=k, v=v, k_unit=k_unit, beta=beta, g=g, g_ch=g_ch)
-    return {n: x.requires_grad_(grad) for n, x in xs.items()}
+    """Inputs for every op of the registry (mlexp.ops.registry.make_inputs) from torch's global
+    generator: q, k as phi-features as in :func:`qkv`, plain v, unit keys for the delta rule, beta in
+    (0, 1), and log-decays g per head and token (B, H, T) and per key channel (B, H, T, D)."""
+    return make_inputs(B, H, T, D, dtype=dtype, device=device, seed=None, grad=grad, positive=True)
 
 
-# The four public ops, each called the same way: fn(impl, inputs dict, chunk size).
-FAMILY = {
-    "linear": lambda impl, x, C: linear_attention(x["q"], x["k"], x["v"], impl=impl, chunk_size=C),
-    "gated (scalar g)": lambda impl, x, C: gated_linear_attention(x["q"], x["k"], x["v"], x["g"], impl=impl, chunk_size=C),
-    "gated (channel g)": lambda impl, x, C: gated_linear_attention(x["q"], x["k"], x["v"], x["g_ch"], impl=impl, chunk_size=C),
-    "delta_rule": lambda impl, x, C: delta_rule(x["q"], x["k_unit"], x["v"], x["beta"], impl=impl, chunk_size=C),
-    "gated_delta_rule": lambda impl, x, C: gated_delta_rule(x["q"], x["k_unit"], x["v"], x["beta"], x["g"], impl=impl, chunk_size=C),
-}
-# Goal: chunkwise forward FLOP/s as a share of the matmul's (issue 13).
-FLOP_GOAL = {"linear": 0.50, "gated (scalar g)": 0.50, "gated (channel g)": 0.35, "delta_rule": 0.35,
-             "gated_delta_rule": 0.35}
+# Goal: chunkwise forward FLOP/s as a share of the matmul's (issue 13), by op name; an op without one
+# is timed and shown without a verdict.
+FLOP_GOAL = {"linear": 0.50, "gated_scalar": 0.50, "gated_channel": 0.35, "delta": 0.35, "gated_delta": 0.35}
 
 
 def fwd_bwd(op):
@@ -160,8 +152,8 @@ def warm_up(a, device):
     x = family_inputs(a.batch, a.heads, a.family_T, a.head_dim, device, grad=True)
     m = torch.randn(a.matmul_n, a.matmul_n, device=device)
     for _ in range(3):
-        for op in FAMILY.values():
-            fwd_bwd(lambda: op("chunk", x, a.chunk))()
+        for op in OPS.values():
+            fwd_bwd(lambda: op(x, "chunk", chunk_size=a.chunk))()
         m @ m
 
 
@@ -172,24 +164,25 @@ def flop_table(a, device):
     x_mm, y_mm = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     print(f"\n## chunkwise forward FLOP/s vs a {n}^3 torch.matmul timed beside it, T={T}")
     print("share: the op's FLOP/s over the matmul's, run by run (each pair back to back), median +- IQR/median")
-    print(f"{'op':>18} {'chunk forward':>23} {'matmul':>23} {'GFLOP/s':>8} {'share':>12} {'goal':>5}")
+    print(f"{'op':>20} {'chunk forward':>23} {'matmul':>23} {'GFLOP/s':>8} {'share':>12} {'goal':>5}")
     tiles = torch.randn(B * H * (-(-T // C)), C, D, device=device)   # the shape of every matmul of the chunk form
     t_tile, t_mm = measure([lambda: torch.bmm(tiles, tiles.transpose(1, 2)), lambda: x_mm @ y_mm], device, a.repeats)
     inv, spread = paired(t_tile, t_mm)
     rate = 2 * tiles.shape[0] * C * C * D / t_tile.median
-    print(f"{'(C, D) @ (D, C) bmm':>18} {show(t_tile, a.busy)} {show(t_mm, a.busy)} {rate / 1e9:>8.1f} "
+    print(f"{'(C, D) @ (D, C) bmm':>20} {show(t_tile, a.busy)} {show(t_mm, a.busy)} {rate / 1e9:>8.1f} "
           f"{tiles.shape[0] * C * C * D / n ** 3 / inv:>5.0%} +-{spread:3.0%}        the ceiling: batched tiles alone")
     results = {}
-    for name, op in FAMILY.items():
+    for name, op in OPS.items():
         x = family_inputs(B, H, T, D, device)
-        t_op, t_mm = measure([lambda: op("chunk", x, C), lambda: x_mm @ y_mm], device, a.repeats)
+        t_op, t_mm = measure([lambda: op(x, "chunk", chunk_size=C), lambda: x_mm @ y_mm], device, a.repeats)
         rate = B * H * chunk_flops(name, T, D, C) / t_op.median
         inv, spread = paired(t_op, t_mm)                         # op time / matmul time, per pair
         share = B * H * chunk_flops(name, T, D, C) / (2 * n ** 3) / inv
         results[name] = share
-        verdict = "PASS" if share >= FLOP_GOAL[name] else "FAIL"
-        print(f"{name:>18} {show(t_op, a.busy)} {show(t_mm, a.busy)} {rate / 1e9:>8.1f} {share:>5.0%} +-{spread:3.0%} "
-              f"{FLOP_GOAL[name]:>5.0%} {verdict}")
+        goal = FLOP_GOAL.get(name)
+        goal = f"{goal:>5.0%} {'PASS' if share >= goal else 'FAIL'}" if goal is not None else f"{'-':>5}"
+        print(f"{op.label:>20} {show(t_op, a.busy)} {show(t_mm, a.busy)} {rate / 1e9:>8.1f} {share:>5.0%} "
+              f"+-{spread:3.0%} {goal}")
     return results
 
 
@@ -204,20 +197,21 @@ def _fla_references():
     except Exception as e:                                       # noqa: BLE001 - any import failure means skip
         return None, f"{type(e).__name__}: {e}"
     t = lambda x: x.transpose(1, 2)                               # fla's (B, T, H, ...) layout  # noqa: E731
+    # by op name (an op fla has no reference of is left out of the table):
     # (callable(inputs, chunk), chunk sizes to try: the fastest counts, what it is)
     return {
         "linear": (lambda x, C: naive_chunk_linear_attn(t(x["q"]), t(x["k"]), t(x["v"]), scale=1.0),
                    (64,), "naive_chunk_linear_attn"),
-        "gated (scalar g)": (lambda x, C: naive_chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), t(x["g"]),
-                                                                 chunk_size=C, scale=1.0)[0],
-                             (32, 64), "naive_chunk_simple_gla"),
-        "gated (channel g)": (lambda x, C: naive_recurrent_gla(t(x["q"]), t(x["k"]), t(x["v"]), t(x["g_ch"]))[0],
-                              (None,), "naive_recurrent_gla (fla has no PyTorch chunk form for GLA)"),
-        "delta_rule": (lambda x, C: delta_rule_chunkwise(x["q"], x["k_unit"], x["v"], x["beta"], chunk_size=C)[0],
-                       (32, 64), "delta_rule_chunkwise"),
-        "gated_delta_rule": (lambda x, C: naive_chunk_gated_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["g"]),
-                                                                       t(x["beta"]), chunk_size=C, scale=1.0)[0],
-                             (32, 64), "naive_chunk_gated_delta_rule"),
+        "gated_scalar": (lambda x, C: naive_chunk_simple_gla(t(x["q"]), t(x["k"]), t(x["v"]), t(x["g"]),
+                                                             chunk_size=C, scale=1.0)[0],
+                         (32, 64), "naive_chunk_simple_gla"),
+        "gated_channel": (lambda x, C: naive_recurrent_gla(t(x["q"]), t(x["k"]), t(x["v"]), t(x["g_ch"]))[0],
+                          (None,), "naive_recurrent_gla (fla has no PyTorch chunk form for GLA)"),
+        "delta": (lambda x, C: delta_rule_chunkwise(x["q"], x["k_unit"], x["v"], x["beta"], chunk_size=C)[0],
+                  (32, 64), "delta_rule_chunkwise"),
+        "gated_delta": (lambda x, C: naive_chunk_gated_delta_rule(t(x["q"]), t(x["k_unit"]), t(x["v"]), t(x["g"]),
+                                                                  t(x["beta"]), chunk_size=C, scale=1.0)[0],
+                        (32, 64), "naive_chunk_gated_delta_rule"),
     }, None
 
 
@@ -230,26 +224,29 @@ def fla_table(a, device):
         print(f"fla: not importable ({why}); skipped. Install it beside the course to compare: "
               "pip install --no-deps fla-core einops")
         return None
-    print(f"{'op':>18} {'ours (chunk)':>23} {'fla':>23} {'fla/ours':>9} {'goal':>5}  fla function (chunk)")
+    print(f"{'op':>20} {'ours (chunk)':>23} {'fla':>23} {'fla/ours':>9} {'goal':>5}  fla function (chunk)")
     results = {}
-    for name, op in FAMILY.items():
+    for name, op in OPS.items():
+        if name not in refs:
+            print(f"{op.label:>20} no fla reference to compare with")
+            continue
         fn, chunks, what = refs[name]
         x = family_inputs(B, H, T, D, device, grad=True)
         with torch.no_grad():                                    # same op, same numbers (fla's scale set to 1)
-            o, o_ref = op("chunk", x, C)[0], fn(x, chunks[0])
-            o_ref = o_ref if name == "delta_rule" else o_ref.transpose(1, 2)
-            if name in ("gated (channel g)", "delta_rule"):
+            o, o_ref = op(x, "chunk", chunk_size=C)[0], fn(x, chunks[0])
+            o_ref = o_ref if name == "delta" else o_ref.transpose(1, 2)
+            if name in ("gated_channel", "delta"):
                 o_ref = o_ref * D ** 0.5                         # these two always scale q by Dk^-0.5
             err = ((o - o_ref).norm() / o.norm()).item()
         fla_t, fla_c = None, None
         for c in chunks:
-            t_ours, t_fla = measure([fwd_bwd(lambda: op("chunk", x, C)), fwd_bwd(lambda: fn(x, c))], device,
+            t_ours, t_fla = measure([fwd_bwd(lambda: op(x, "chunk", chunk_size=C)), fwd_bwd(lambda: fn(x, c))], device,
                                     a.repeats if c else 3)
             if fla_t is None or t_fla.median < fla_t.median:
                 fla_t, fla_c, ours_t = t_fla, c, t_ours
         ratio, _ = paired(fla_t, ours_t)
         results[name] = ratio
-        print(f"{name:>18} {show(ours_t, a.busy)} {show(fla_t, a.busy)} {ratio:>8.1f}x {2:>4}x "
+        print(f"{op.label:>20} {show(ours_t, a.busy)} {show(fla_t, a.busy)} {ratio:>8.1f}x {2:>4}x "
               f"{'PASS' if ratio >= 2 else 'FAIL'}  {what} ({fla_c or 'loop'}); outputs agree to {err:.0e}")
     return results
 
@@ -258,16 +255,16 @@ def loop_table(a, device):
     """Every op's chunkwise form against its recurrent loop (the readable reference)."""
     B, H, D, C, T = a.batch, a.heads, a.head_dim, a.chunk, a.family_T
     print(f"\n## chunkwise vs the recurrent loop, T={T} (the loop timed {a.loop_repeats} times)")
-    print(f"{'op':>18} {'fwd: loop/chunk':>16} {'f+b: loop/chunk':>16}")
-    for name, op in FAMILY.items():
+    print(f"{'op':>20} {'fwd: loop/chunk':>16} {'f+b: loop/chunk':>16}")
+    for op in OPS.values():
         row = []
         for grad in (False, True):
             x = family_inputs(B, H, T, D, device, grad=grad)
             wrap = fwd_bwd if grad else (lambda f: f)
-            t_loop, t_chunk = measure([wrap(lambda: op("recurrent", x, C)), wrap(lambda: op("chunk", x, C))],
-                                      device, a.loop_repeats, warmup=0)
+            t_loop, t_chunk = measure([wrap(lambda: op(x, "recurrent", chunk_size=C)),
+                                       wrap(lambda: op(x, "chunk", chunk_size=C))], device, a.loop_repeats, warmup=0)
             row.append(f"{paired(t_loop, t_chunk)[0]:>15.1f}x" + ("!" if is_busy(t_chunk, a.busy) else " "))
-        print(f"{name:>18} {row[0]} {row[1]}")
+        print(f"{op.label:>20} {row[0]} {row[1]}")
 
 
 def sdpa_table(a, device):
@@ -296,13 +293,13 @@ def edge_costs(a, device):
     reset["g"], reset["g_ch"] = x["g"].clone(), x["g_ch"].clone()
     reset["g"][:, :, 512::512] = float("-inf")
     reset["g_ch"][:, :, 512::512] = float("-inf")
-    print(f"{'op':>18} {'with resets / without':>22} {'finite check / forward':>23}")
-    for name in ("gated (scalar g)", "gated (channel g)", "gated_delta_rule"):
-        op = FAMILY[name]
-        o = op("chunk", x, C)
-        t_plain, t_reset, t_check = measure([lambda: op("chunk", x, C), lambda: op("chunk", reset, C),
+    print(f"{'op':>20} {'with resets / without':>22} {'finite check / forward':>23}")
+    for op in [op for op in OPS.values() if {"g", "g_ch"} & set(op.inputs)]:      # the ops with a gate
+        o = op(x, "chunk", chunk_size=C)
+        t_plain, t_reset, t_check = measure([lambda: op(x, "chunk", chunk_size=C),
+                                             lambda: op(reset, "chunk", chunk_size=C),
                                              lambda: bool(torch.isfinite(sum(y.sum() for y in o)))], device, a.repeats)
-        print(f"{name:>18} {paired(t_reset, t_plain)[0]:>21.2f}x {paired(t_check, t_plain)[0]:>22.1%}"
+        print(f"{op.label:>20} {paired(t_reset, t_plain)[0]:>21.2f}x {paired(t_check, t_plain)[0]:>22.1%}"
               f"{' BUSY' if is_busy(t_plain, a.busy) or is_busy(t_reset, a.busy) else ''}")
     n_resets, n_chunks = len(range(512, T, 512)), -(-T // C)
     print(f"(resets: g = -inf every 512 tokens, so {n_resets} of {n_chunks} chunks per head take the exact form; "
@@ -344,10 +341,12 @@ def main():
         loop_table(a, device)
     print("\n## issue 13 goals")
     for name, share in shares.items():
-        print(f"forward FLOP/s share {name}: {share:.0%} (goal >= {FLOP_GOAL[name]:.0%}): "
-              f"{'PASS' if share >= FLOP_GOAL[name] else 'FAIL'}")
+        if name in FLOP_GOAL:
+            print(f"forward FLOP/s share {OPS[name].label}: {share:.0%} (goal >= {FLOP_GOAL[name]:.0%}): "
+                  f"{'PASS' if share >= FLOP_GOAL[name] else 'FAIL'}")
     for name, ratio in (vs_fla or {}).items():
-        print(f"forward+backward vs fla {name}: {ratio:.1f}x (goal >= 2x): {'PASS' if ratio >= 2 else 'FAIL'}")
+        print(f"forward+backward vs fla {OPS[name].label}: {ratio:.1f}x (goal >= 2x): "
+              f"{'PASS' if ratio >= 2 else 'FAIL'}")
     if vs_fla is None:
         print("forward+backward vs fla: not measured (fla not installed)")
     if torch.cuda.is_available():   # the Triton kernels: correctness first, then the timed tables

@@ -21,10 +21,9 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 import triton
 
-from mlexp.ops import delta_rule, gated_delta_rule, gated_linear_attention, linear_attention
+from mlexp.ops.registry import OPS, make_inputs   # the ops, and their inputs: (B, H, T, D) leaves, seed 0
 
 SHAPES = [(1, 4, 8192, 64), (8, 16, 2048, 64), (4, 16, 4096, 128)]
 CHECK_SHAPES = [(2, 3, 300, 64), (1, 2, 1000, 128), (1, 1, 77, 100)]
@@ -32,30 +31,15 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # RMS-relative error bound of Triton against the float32 chunk path, per input dtype (the interpreter
 # tests in tests/test_triton_interpreter.py bound the emulated GPU arithmetic the same way).
 BOUND = {torch.bfloat16: 2e-2, torch.float16: 3e-3, torch.float32: 5e-5}
-OPS = {
-    "linear": lambda x, impl: linear_attention(x["q"], x["k"], x["v"], impl=impl),
-    "gated_scalar": lambda x, impl: gated_linear_attention(x["q"], x["k"], x["v"], x["g"], impl=impl),
-    "gated_channel": lambda x, impl: gated_linear_attention(x["q"], x["k"], x["v"], x["g_ch"], impl=impl),
-    "delta": lambda x, impl: delta_rule(x["q"], x["k_unit"], x["v"], x["beta"], impl=impl),
-    "gated_delta": lambda x, impl: gated_delta_rule(x["q"], x["k_unit"], x["v"], x["beta"], x["g"], impl=impl),
-}
-USES = {"linear": ("q", "k", "v"), "gated_scalar": ("q", "k", "v", "g"), "gated_channel": ("q", "k", "v", "g_ch"),
-        "delta": ("q", "k_unit", "v", "beta"), "gated_delta": ("q", "k_unit", "v", "beta", "g")}
-
-
-def make_inputs(B, H, T, D, dtype, device, seed=0):
-    """Leaves (requires_grad) in our (B, H, T, D) layout: q, k, v, unit keys, beta, g per head and per channel."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen)                                  # noqa: E731
-    x = {"q": r(B, H, T, D) * D ** -0.5, "k": r(B, H, T, D) * D ** -0.5, "v": r(B, H, T, D),
-         "k_unit": F.normalize(r(B, H, T, D), dim=-1), "beta": torch.sigmoid(r(B, H, T)),
-         "g": F.logsigmoid(r(B, H, T) + 3), "g_ch": F.logsigmoid(r(B, H, T, D) + 3)}
-    return {n: t.to(device=device, dtype=dtype).requires_grad_() for n, t in x.items()}
+# OPS (mlexp/ops/registry.py): name -> Op; OPS[name](x, impl) runs it on a make_inputs dict, and
+# OPS[name].inputs names the leaves it takes (USES: the same, by name, as of the ops at import).
+USES = {name: op.inputs for name, op in OPS.items()}
 
 
 def fla_ops():
-    """fla's chunk kernels as callables on our inputs dict, or (None, why) when fla does not import.
-    fla takes (B, T, H, D); the transposed copies are made once, outside the timed region."""
+    """fla's chunk kernels as callables on our inputs dict, by op name (an op of OPS that fla lacks is
+    not compared), or (None, why) when fla does not import. fla takes (B, T, H, D); the transposed
+    copies are made once, outside the timed region."""
     try:
         from fla.ops.delta_rule import chunk_delta_rule
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
@@ -98,12 +82,12 @@ def check(op, shape, dtype, device, fla):
     B, H, T, D = shape
     x = make_inputs(B, H, T, D, dtype, device)
     ref_in = {n: t.detach().float().requires_grad_() for n, t in x.items()}
-    names = USES[op]
+    names = OPS[op].inputs
     out, ref = OPS[op](x, "triton"), OPS[op](ref_in, "chunk")
     errs = {"o": rel(out[0], ref[0]), "S": rel(out[1], ref[1])}
     for n, a, b in zip(names, grads(out, [x[n] for n in names]), grads(ref, [ref_in[n] for n in names])):
         errs["d" + n] = rel(a, b)
-    if fla is not None:
+    if fla is not None and op in fla:
         errs["fla o"] = rel(fla[op](to_fla(x))[0].transpose(1, 2), ref[0])
     return errs
 
@@ -140,12 +124,12 @@ def time_op(op, shape, dtype, device, fla, repeats):
     gives "<impl>_error": its message instead."""
     x = make_inputs(*shape, dtype, device)
     xf = to_fla(x) if fla else None
-    names = USES[op]
+    names = OPS[op].inputs
     out = {}
     for mode in ("fwd", "fwd+bwd"):
         row = {}
         for impl in ("triton", "chunk", "fla"):
-            if impl == "fla" and not fla:
+            if impl == "fla" and (not fla or op not in fla):
                 continue
             fn = fla[op] if impl == "fla" else (lambda x, impl=impl: OPS[op](x, impl))
             inp = xf if impl == "fla" else x

@@ -10,6 +10,7 @@
   asks ("tf32": one product of rounded operands; "tf32x3": the three-product split), fp32
   accumulation. The interpreter alone ignores ``input_precision`` and computes in fp32.
 
+The ops, their inputs and their Triton wrappers are those of :mod:`mlexp.ops.registry`.
 Run ``python -m mlexp.ops.triton_check [--arch 80 90] [--head-dim 64 128 256]`` for the table.
 """
 import argparse
@@ -21,11 +22,13 @@ import tempfile
 import numpy as np
 import torch
 
+from . import registry
+
 __all__ = ["SHARED_LIMIT", "OPS", "compile_op", "emulate_gpu_dots", "op_launches", "tf32_round"]
 
 # Largest dynamic shared memory one block may use (bytes), per compute capability major*10+minor.
 SHARED_LIMIT = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
-OPS = ("linear", "gated_scalar", "gated_channel", "delta", "gated_delta")
+OPS = registry.OPS   # name -> registry.Op: the ops whose kernels are recorded and compiled
 _PTR = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "i32",
         torch.int64: "i64"}
 
@@ -38,9 +41,9 @@ def op_launches(op, B=1, H=1, T=256, Dk=64, Dv=64, dtype=torch.bfloat16, C=64, b
     wrappers make them on a GPU of compute capability arch (e.g. 80 for 8.0).
 
     Runs the Triton wrappers on meta tensors under triton_common.recording(), so nothing executes
-    and no device is needed. op is one of OPS.
+    and no device is needed. op is a name of OPS (mlexp.ops.registry); another raises ValueError.
     """
-    from . import triton_common, triton_delta, triton_linear
+    from . import triton_common
     assumed = triton_common.CAPABILITY_ELSEWHERE
     triton_common.CAPABILITY_ELSEWHERE = divmod(arch, 10)
     try:
@@ -50,26 +53,15 @@ def op_launches(op, B=1, H=1, T=256, Dk=64, Dv=64, dtype=torch.bfloat16, C=64, b
 
 
 def _record(op, B, H, T, Dk, Dv, dtype, C, backward):
-    from . import triton_common, triton_delta, triton_linear
-
-    def leaf(*shape, dt=dtype):
-        return torch.empty(*shape, dtype=dt, device="meta", requires_grad=True)
-
-    q, k, v = leaf(B, H, T, Dk), leaf(B, H, T, Dk), leaf(B, H, T, Dv)
-    S0 = leaf(B, H, Dk, Dv, dt=torch.float32)
+    from . import triton_common
+    if op not in OPS:
+        raise ValueError(f"op must be one of {tuple(OPS)}, got {op!r}")
+    shapes = registry.input_shapes(B, H, T, Dk, Dv)
+    leaves = [torch.empty(*shapes[n], dtype=torch.float32 if n in ("g", "g_ch") else dtype, device="meta",
+                          requires_grad=True) for n in OPS[op].inputs]
+    S0 = torch.empty(B, H, Dk, Dv, dtype=torch.float32, device="meta", requires_grad=True)
     with triton_common.recording() as rec:
-        if op == "linear":
-            o, S, _ = triton_linear.triton_linear_attention(q, k, v, S0, None, normalize=False, eps=0.0,
-                                                            chunk_size=C)
-        elif op in ("gated_scalar", "gated_channel"):
-            g = leaf(B, H, T, *((Dk,) if op == "gated_channel" else ()), dt=torch.float32)
-            o, S = triton_linear.triton_gated_linear_attention(q, k, v, g, S0, chunk_size=C)
-        elif op in ("delta", "gated_delta"):
-            beta = leaf(B, H, T)
-            g = leaf(B, H, T, dt=torch.float32) if op == "gated_delta" else None
-            o, S = triton_delta.delta_rule_triton(q, k, v, beta, g, S0, C)
-        else:
-            raise ValueError(f"op must be one of {OPS}, got {op!r}")
+        o, S = OPS[op].triton(*leaves, S0, C)
         if backward:
             torch.autograd.backward((o, S), (torch.empty_like(o), torch.empty_like(S)))
     return rec
@@ -210,16 +202,21 @@ def emulate_gpu_dots():
 # ----------------------------------------------------------------------------- command line
 
 
-def main(argv=None):
-    """Print registers, spills and shared memory of every kernel of every op (compiles for minutes)."""
+def parser():
+    """The command line of :func:`main`; its ``--ops`` are the names of the registry's OPS."""
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--arch", type=int, nargs="+", default=[80, 90])
     p.add_argument("--head-dim", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
-    p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    p.add_argument("--ops", nargs="+", default=list(OPS), choices=list(OPS))
     p.add_argument("--heads", type=int, nargs="+", default=list(HEADS),
                    help="batch*head counts to record launches at (the state tiles narrow at small counts)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    """Print registers, spills and shared memory of every kernel of every op (compiles for minutes)."""
+    a = parser().parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     print(f"{'op':<13} {'D':>4} {'sm':>3} {'kernel':<26} {'warps':>5} {'stages':>6} {'regs':>4} {'spill':>6} "
           f"{'smem KiB':>8}  tiles")
