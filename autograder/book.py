@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mlexp.runtime import temporary_environ
+
 from .cells import defined_names, grade_id_of, is_graded, is_solution, nbgrader_meta, read_names
 from .course import BRANCH, COURSE_REPO, LESSONS, validate_repo
 
@@ -78,24 +80,11 @@ def _execute(root: Path, ids: list, cache_dir: Path, size: str, log, rerun: bool
         cache.add_nb_to_project(str(dest))
     # The kernels' environment, whatever this process has: the size, and matplotlib's inline
     # backend so that plt.show() gives the figures (a caller's MPLBACKEND=Agg would drop them).
-    wanted = {"NBGRADER_EXECUTION": SIZES[size], "MPLBACKEND": INLINE_BACKEND}
-    saved = {k: os.environ.get(k) for k in wanted}
-    for k, v in wanted.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
+    with temporary_environ(NBGRADER_EXECUTION=SIZES[size], MPLBACKEND=INLINE_BACKEND):
         executor = load_executor("local-serial", cache=cache)
         pks = [cache.get_project_record(str(p)).pk for p in paths.values()]
         result = executor.run_and_cache(filter_pks=pks, timeout=3600, allow_errors=False,
                                         force=rerun)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     ran = set(result.succeeded) if result else set()
     out = {}
     for lesson, path in paths.items():

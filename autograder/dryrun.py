@@ -34,6 +34,7 @@ from pathlib import Path
 import nbformat
 
 from mlexp.check import partial_score, printed_hints
+from mlexp.runtime import temporary_environ
 
 from .kernel_server import KernelServer
 
@@ -153,21 +154,17 @@ def _lesson_run(folder: Path):
     """Run in a scratch copy of the lesson folder at grading size; put back what cells change
     in this process (working folder, NBGRADER_EXECUTION, torch threads, open figures)."""
     import torch
-    cwd, env = os.getcwd(), os.environ.get("NBGRADER_EXECUTION")
+    cwd = os.getcwd()
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="autograder-dryrun-") as tmp:
         work = Path(tmp) / "lesson"
         shutil.copytree(folder, work, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
         os.chdir(work)
-        os.environ["NBGRADER_EXECUTION"] = "autograde"
         try:
-            yield
+            with temporary_environ(NBGRADER_EXECUTION="autograde"):
+                yield
         finally:
             os.chdir(cwd)
-            if env is None:
-                os.environ.pop("NBGRADER_EXECUTION", None)
-            else:
-                os.environ["NBGRADER_EXECUTION"] = env
             torch.set_num_threads(threads)
             if "matplotlib.pyplot" in sys.modules:
                 sys.modules["matplotlib.pyplot"].close("all")

@@ -20,11 +20,12 @@ Jupyter does; the course's grader runs it in a sandbox and its tests outside you
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .runtime import temporary_environ
 
 __all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "partial_score", "printed_hints",
            "result_of", "format_report", "terminal_safe", "normal_text", "is_test_cell", "main"]
@@ -210,9 +211,7 @@ def check_notebook(path, timeout: int = 300) -> tuple:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    saved = os.environ.get("NBGRADER_EXECUTION")
-    os.environ["NBGRADER_EXECUTION"] = "validate"    # the experiments at their token size
-    try:
+    with temporary_environ(NBGRADER_EXECUTION="validate"):    # the experiments at their token size
         # The kernel runs on this machine for this one check; its own log (ipykernel's notice that
         # a local kernel talks over TCP, as JupyterLab's do) would read as a problem with the lesson.
         NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
@@ -221,11 +220,6 @@ def check_notebook(path, timeout: int = 300) -> tuple:
                                          "evalue": f"this cell ran longer than {timeout} s",
                                          "traceback": []},
                        resources={"metadata": {"path": str(path.parent)}}).execute()
-    finally:
-        if saved is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = saved
     return [result_of(cell) for cell in nb.cells if is_test_cell(cell)], notes
 
 

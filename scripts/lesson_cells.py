@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))          # the course module of this checkout, also when not installed
 from autograder.colab import wheel_name  # noqa: E402
 from autograder.course import BRANCH, COURSE_REPO, LESSONS, PLACEHOLDER_REPO  # noqa: E402
+from mlexp.runtime import temporary_environ  # noqa: E402
 
 TIMES = Path(__file__).resolve().with_name("lesson_times.json")
 
@@ -347,8 +348,7 @@ def measure(ids) -> int:
     """
     from nbclient import NotebookClient
 
-    env_keep = os.environ.pop("NBGRADER_EXECUTION", None)
-    try:
+    with temporary_environ(NBGRADER_EXECUTION=None):
         for lesson_id in ids or LESSONS:
             path = ROOT / "solutions" / lesson_id / f"{lesson_id}.ipynb"
             nb = nbformat.read(path, as_version=4)
@@ -370,9 +370,6 @@ def measure(ids) -> int:
             times = load_times()          # re-read: other measure runs may have written meanwhile
             times[lesson_id] = entry
             TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
-    finally:
-        if env_keep is not None:
-            os.environ["NBGRADER_EXECUTION"] = env_keep
     return 0
 
 
