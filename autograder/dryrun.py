@@ -122,7 +122,9 @@ class LocalLink(KernelLink):
         self.ns = ns
         self.server = KernelServer(namespace=lambda: ns)
 
-    def request(self, req, what: str):
+    def request(self, req, what: str, limit=None):
+        # limit: a call's own time limit (rules.in_time, KernelLink.request); the dry run answers
+        # in this process, where only the cell's timer (_limit) can stop it.
         reply = self.server.answer(json.loads(req.to_json()))
         return KernelReply.from_dict(json.loads(json.dumps(reply, allow_nan=True)))
 

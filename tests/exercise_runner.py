@@ -116,9 +116,9 @@ class _Link(LocalLink):
         super().__init__(ns)
         self.violations = violations
 
-    def call(self, fn, args, kwargs, watch=None):
+    def call(self, fn, args, kwargs, watch=None, limit=None):
         try:
-            return super().call(fn, args, kwargs, watch)
+            return super().call(fn, args, kwargs, watch, limit)
         except TypeError as exc:
             if "cannot be sent to the notebook" in str(exc):
                 self.violations.append(f"rule 3: {exc}")
