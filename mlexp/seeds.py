@@ -167,11 +167,13 @@ def find_table(lesson: str, name: str = "seeds.md"):
     Looks, in order: next to the running notebook (the current folder: a course checkout, the
     grader's copy of the lesson folder, or a file uploaded next to the notebook); in the course
     file installed on Colab (``mlexp/seed_tables/<lesson>.md``); in ``lessons/<lesson>/`` of the
-    course folder this ``mlexp`` was imported from. Returns a ``pathlib.Path``.
+    course folder this ``mlexp`` was imported from. Returns a ``pathlib.Path``. The course file
+    carries only seeds.md, so another ``name`` (lesson 06's ``lr_sweep.json``) is never answered
+    with the packaged seed table: only the current folder and the course folder are searched.
     """
     here = Path(__file__).resolve().parent
-    for path in (Path.cwd() / name, here / TABLES_IN_PACKAGE / f"{lesson}.md",
-                 here.parent / "lessons" / lesson / name):
+    packaged = [here / TABLES_IN_PACKAGE / f"{lesson}.md"] if name == "seeds.md" else []
+    for path in (Path.cwd() / name, *packaged, here.parent / "lessons" / lesson / name):
         if path.is_file():
             return path
     return None

@@ -91,10 +91,11 @@ def test_the_course_file_carries_every_seed_table_and_find_table_reads_it(tmp_pa
     # The installed course file, run from an empty folder (Colab's /content): found inside mlexp.
     monkeypatch.chdir(tmp_path)
     code = ("import mlexp.seeds as s; p = s.find_table('06_recall_per_byte'); print(p); "
-            "print(s.find_table('no_such_lesson'))")
+            "print(s.find_table('no_such_lesson')); print(s.find_table('06_recall_per_byte', 'lr_sweep.json'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}).stdout.split()
-    assert out == [str(tmp_path / "site" / "mlexp" / TABLES_IN_PACKAGE / "06_recall_per_byte.md"), "None"]
+    # the course file carries seeds.md only: another file is not answered with it (lesson 06 would parse it as JSON)
+    assert out == [str(tmp_path / "site" / "mlexp" / TABLES_IN_PACKAGE / "06_recall_per_byte.md"), "None", "None"]
     # A seeds.md next to the notebook comes first; in a course checkout, lessons/<id>/ is next.
     (tmp_path / "seeds.md").write_text("uploaded")
     assert mlexp.seeds.find_table("06_recall_per_byte") == tmp_path / "seeds.md"
