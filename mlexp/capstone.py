@@ -127,20 +127,24 @@ class RecallLM(nn.Module):
     skeleton as ``mlexp.recall.recall_model``, so designs differ in their mixers only. Every mixer
     has ``n_heads`` heads of head_dim = dim / n_heads; recurrent layers keep n_heads states of
     head_dim x head_dim. RoPE (attention, window, InAttention) covers ``max_len`` positions.
+    ``head_dim`` (None: dim / n_heads) sets the head width of the recurrent layers alone
+    (gated_delta, gated_additive, decay): their projections map dim to n_heads x head_dim and
+    their states grow to head_dim x head_dim, the axis Zoology and Based vary (lesson 06's
+    state-size sweep); every other layer keeps dim / n_heads.
     forward: ids (B, T) int64 -> logits (B, T, vocab_size). Raises ValueError for ids longer
     than max_len or not of shape (B, T).
     """
 
     def __init__(self, design: Design, vocab_size: int, dim: int = 64, n_heads: int = 4,
-                 max_len: int = 128, chunk_size: int = 16):
+                 max_len: int = 128, chunk_size: int = 16, head_dim: int | None = None):
         super().__init__()
         self.design, self.max_len = design, max_len
         make = {
             "attention": lambda: Attention(dim, n_heads, rope=True, max_len=max_len),
             "window": lambda: Attention(dim, n_heads, rope=True, max_len=max_len, window=design.window),
-            "gated_delta": lambda: GatedDeltaNet(dim, n_heads, chunk_size=chunk_size),
-            "gated_additive": lambda: GatedDeltaNet(dim, n_heads, chunk_size=chunk_size, rule="additive"),
-            "decay": lambda: DecayLinearAttention(dim, n_heads, decay="data", chunk_size=chunk_size),
+            "gated_delta": lambda: GatedDeltaNet(dim, n_heads, head_dim, chunk_size=chunk_size),
+            "gated_additive": lambda: GatedDeltaNet(dim, n_heads, head_dim, chunk_size=chunk_size, rule="additive"),
+            "decay": lambda: DecayLinearAttention(dim, n_heads, head_dim, decay="data", chunk_size=chunk_size),
             "inattention": lambda: InAttention(dim, n_heads, rope=True, max_len=max_len),
             "based": lambda: TaylorLinearAttention(dim, n_heads, feature_dim=design.feature_dim, chunk_size=chunk_size),
         }
@@ -162,7 +166,7 @@ class RecallLM(nn.Module):
 
 # ----------------------------------------------------------------------------- memory
 def memory_bytes(design: Design, context: int, dim: int = 64, n_heads: int = 4, dtype="bf16",
-                 conv_kernel: int = 3) -> dict:
+                 conv_kernel: int = 3, head_dim: int | None = None) -> dict:
     """What one sequence of ``context`` tokens keeps to go on generating, in bytes (lesson 04's counts).
 
     cache_bytes (grows with the context):
@@ -174,18 +178,20 @@ def memory_bytes(design: Design, context: int, dim: int = 64, n_heads: int = 4, 
       layer, n_heads states S of (1 + d' + d'^2) x head_dim and normalisers z of 1 + d' + d'^2
       (d' = design.feature_dim; the Taylor features of mlexp.mixers.TaylorLinearAttention);
       plus every layer's short-convolution buffer (the last conv_kernel - 1 inputs of dim channels).
-    Returns {"cache_bytes", "state_bytes", "total_bytes"} (ints). head_dim = dim // n_heads.
+    Returns {"cache_bytes", "state_bytes", "total_bytes"} (ints). head_dim = dim // n_heads, except
+    that ``head_dim``, when given, is the recurrent layers' own (RecallLM's ``head_dim``).
     Raises ValueError for a negative context, dim not divisible by n_heads or an unknown dtype.
     """
     if dim % n_heads:
         raise ValueError(f"dim={dim} must be divisible by n_heads={n_heads}.")
+    rec_head_dim = dim // n_heads if head_dim is None else head_dim      # the recurrent layers' head width
     head_dim, kinds = dim // n_heads, list(design.layers)
     cache = kc.kv_cache_bytes(kinds.count("attention"), n_heads, head_dim, context, dtype)
     cache += kc.kv_cache_bytes(kinds.count("window"), n_heads, head_dim, context, dtype, window=design.window or 1)
     if "inattention" in kinds:
         cache += dim * context * kc.dtype_bytes(dtype)
     n_rec = sum(kinds.count(k) for k in RECURRENT_KINDS)
-    state = n_rec * kc.linear_state_bytes(n_heads, head_dim, head_dim, dtype)
+    state = n_rec * kc.linear_state_bytes(n_heads, rec_head_dim, rec_head_dim, dtype)
     n_features = 1 + design.feature_dim + design.feature_dim ** 2           # Taylor features of a d'-wide key
     state += kinds.count("based") * (kc.linear_state_bytes(n_heads, n_features, head_dim, dtype)   # S
                                      + n_heads * n_features * kc.dtype_bytes(dtype))                # z
@@ -215,6 +221,7 @@ class CapstoneConfig:
     batch_size: int = 16
     lr: float = 6e-3
     chunk_size: int = 16
+    head_dim: int | None = None       # the recurrent layers' head width; None: dim // n_heads
     n_eval: int = 200
     dtype: str = "bf16"
 
@@ -233,7 +240,7 @@ def build_model(design: Design, config: CapstoneConfig, seed: int = 0) -> Recall
     torch.manual_seed(seed)
     vocab = config.mqar_tasks()[0].vocab_size
     return RecallLM(design, vocab, config.dim, config.n_heads, max_len=2 * config.seq_len,
-                    chunk_size=config.chunk_size)
+                    chunk_size=config.chunk_size, head_dim=config.head_dim)
 
 
 def train_and_score(design: Design, config: CapstoneConfig, seed: int = 0, device=None) -> dict:
@@ -256,7 +263,8 @@ def train_and_score(design: Design, config: CapstoneConfig, seed: int = 0, devic
                        ("mqar_2x", config.mqar_tasks(2 * config.seq_len))):
         result = evaluate_recall(model, tasks, n_examples=config.n_eval, batch_size=100, seed=10_000 + seed)
         scores[key], scores[key + "_mean"] = result["by_pairs"], sum(result["by_pairs"].values()) / len(tasks)
-    mem = lambda T: memory_bytes(design, T, config.dim, config.n_heads, config.dtype)["total_bytes"]
+    mem = lambda T: memory_bytes(design, T, config.dim, config.n_heads, config.dtype,
+                                 head_dim=config.head_dim)["total_bytes"]
     tail = history["loss"][-50:]
     return {"name": design.name, "pattern": design.pattern, "params": count_params(model), "seconds": seconds,
             "loss": sum(tail) / max(len(tail), 1), "bytes": mem(config.seq_len), "bytes_2x": mem(2 * config.seq_len),

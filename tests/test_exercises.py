@@ -827,6 +827,333 @@ CASES += [
 ]
 
 
+# Issue 40, item 4: chunkwise gated linear attention (scalar log-decay per head and token). Correct forms: loop
+# orders, einsum, segsum (Mamba-2), whole-sequence cumulative sums used only through differences, in place, no
+# Python loop at all; wrong ones: each decay left out, doubled or off by one token, exps that overflow or underflow.
+GATED_DEF = "def chunkwise_gated_linear_attention(q, k, v, g, chunk_size):\n"
+GATED_B = "b = g[:, :, start:start + chunk_size].cumsum(-1)          # (B, H, C): log-decay from the chunk start to i"
+GATED_L = 'L = torch.where(causal, b[..., :, None] - b[..., None, :], float("-inf")).exp()   # exp(b_i - b_j), 0 above'
+GATED_READ = "out.append((Qc * b[..., None].exp()) @ S + ((Qc @ Kc.transpose(-1, -2)) * L) @ Vc)   # read, then intra"
+GATED_WRITE = "S = last[..., None].exp() * S + (Kc * (last - b)[..., None].exp()).transpose(-1, -2) @ Vc   # then write"
+GATED_LOOP = "for start in range(0, T, chunk_size):                          # the last chunk may be shorter"
+GATED_RETURN = "return torch.cat(out, dim=2)                                   # (B, H, T, D_v)"
+GATED_EINSUM = GATED_DEF + """    S = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    out = []
+    for start in range(0, q.shape[2], chunk_size):
+        s = slice(start, start + chunk_size)
+        Qc, Kc, Vc, b = q[:, :, s], k[:, :, s], v[:, :, s], torch.cumsum(g[:, :, s], dim=-1)
+        n = b.shape[-1]
+        diff = b.unsqueeze(-1) - b.unsqueeze(-2)
+        L = diff.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf).exp()
+        inter = torch.einsum('bhid,bhi,bhdv->bhiv', Qc, b.exp(), S)
+        intra = torch.einsum('bhid,bhjd,bhij,bhjv->bhiv', Qc, Kc, L, Vc)
+        out.append(inter + intra)
+        S = torch.einsum('bh,bhdv->bhdv', b[..., -1].exp(), S) + torch.einsum('bhjd,bhj,bhjv->bhdv', Kc, (b[..., -1:] - b).exp(), Vc)
+    return torch.cat(out, dim=2)
+"""
+GATED_SEGSUM = GATED_DEF + """    def segsum(x):
+        '''Mamba-2's segsum: out[..., i, j] = x[..., j+1] + ... + x[..., i] for j <= i, -inf above (sums, no differences).'''
+        n = x.shape[-1]
+        x = x[..., None].expand(*x.shape, n)                                  # x[..., i, j] = x_i
+        x = x.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(-1), 0)
+        x = torch.cumsum(x, dim=-2)
+        return x.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf)
+
+    B, H, T, D_k = q.shape
+    S, out = q.new_zeros(B, H, D_k, v.shape[-1]), []
+    for start in range(0, T, chunk_size):
+        Qc, Kc, Vc, gc = (x[:, :, start:start + chunk_size] for x in (q, k, v, g))
+        seg = segsum(gc)                                                      # (B, H, C, C)
+        b = seg[..., :, 0] + gc[..., :1]                                       # g_0 + ... + g_i
+        to_end = seg[..., -1, :]                                              # g_{j+1} + ... + g_last
+        out.append((Qc * b.exp()[..., None]) @ S + ((Qc @ Kc.transpose(-1, -2)) * seg.exp()) @ Vc)
+        S = b[..., -1:, None].exp() * S + (Kc * to_end.exp()[..., None]).transpose(-1, -2) @ Vc
+    return torch.cat(out, dim=2)
+"""
+# Mamba-2's ssd_minimal_discrete (Dao and Gu 2024, listing 1): no Python loop, the chunk states passed by a segsum
+# over the chunks (an N x N matrix of chunk decays, N = T / C).
+GATED_SSD_MINIMAL = GATED_DEF + """    def segsum(x):
+        n = x.shape[-1]
+        x = x[..., None].expand(*x.shape, n).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(-1), 0)
+        return torch.cumsum(x, dim=-2).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf)
+
+    B, H, T, D_k = q.shape
+    C = chunk_size
+    N = -(-T // C)
+    pad = N * C - T
+    Q, K, V = (F.pad(x, (0, 0, 0, pad)).reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v))
+    A = F.pad(g, (0, pad)).reshape(B, H, N, C)                      # padded tokens: no decay, no write
+    A_cum = torch.cumsum(A, dim=-1)
+    Y_diag = torch.einsum('bhcid,bhcjd,bhcij,bhcjv->bhciv', Q, K, segsum(A).exp(), V)
+    states = torch.einsum('bhcjd,bhcj,bhcjv->bhcdv', K, (A_cum[..., -1:] - A_cum).exp(), V)
+    states = torch.cat([torch.zeros_like(states[:, :, :1]), states], dim=2)
+    chunk_decay = segsum(F.pad(A_cum[..., -1], (1, 0))).exp()       # (B, H, N + 1, N + 1)
+    states = torch.einsum('bhzc,bhcdv->bhzdv', chunk_decay, states)[:, :, :-1]
+    Y_off = torch.einsum('bhcid,bhcdv,bhci->bhciv', Q, states, A_cum.exp())
+    return (Y_diag + Y_off).reshape(B, H, N * C, -1)[:, :, :T]
+"""
+GATED_WHOLE_CUMSUM_DIFFS = GATED_DEF + """    G = g.cumsum(-1)                                                   # (B, H, T): through token t
+    G0 = F.pad(G, (1, 0))                                             # through token t - 1
+    B, H, T, D_k = q.shape
+    S, out = q.new_zeros(B, H, D_k, v.shape[-1]), []
+    for start in range(0, T, chunk_size):
+        end = min(start + chunk_size, T)
+        Qc, Kc, Vc, Gc = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], G[:, :, start:end]
+        causal = torch.ones(end - start, end - start, dtype=torch.bool).tril()
+        L = torch.where(causal, Gc[..., :, None] - Gc[..., None, :], -torch.inf).exp()   # differences only
+        into = (Gc - G0[:, :, start:start + 1]).exp()                  # from the chunk's start to i
+        to_end = (Gc[..., -1:] - Gc).exp()                             # from j to the chunk's end
+        out.append((Qc * into[..., None]) @ S + ((Qc @ Kc.mT) * L) @ Vc)
+        S = (G[:, :, end - 1] - G0[:, :, start]).exp()[..., None, None] * S + (Kc * to_end[..., None]).mT @ Vc
+    return torch.cat(out, dim=2)
+"""
+GATED_IN_PLACE = GATED_DEF + """    B, H, T, D_k = q.shape
+    o = v.new_zeros(B, H, T, v.shape[-1])
+    S = q.new_zeros(B, H, D_k, v.shape[-1])
+    for start in {range}:
+        end = min(start + chunk_size, T)
+        Qc, Kc, Vc = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end]
+        b = g[:, :, start:end].clone()
+        b.cumsum_(-1)
+        diff = b[..., :, None] - b[..., None, :]
+        diff.masked_fill_(torch.ones_like(diff, dtype=torch.bool).triu(1), float('-inf'))
+        o[:, :, start:end] = (Qc * b.exp().unsqueeze(-1)) @ S
+        o[:, :, start:end] += ((Qc @ Kc.transpose(-1, -2)) * diff.exp_()) @ Vc
+        S.mul_(b[..., -1, None, None].exp())
+        S += (Kc * (b[..., -1:] - b).exp().unsqueeze(-1)).transpose(-1, -2) @ Vc
+    return o
+"""
+GATED_STATES_FIRST = GATED_DEF + """    T = q.shape[2]
+    starts = list(range(0, T, chunk_size))
+    states = [q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])]
+    for start in starts[:-1]:                       # first pass: the state entering each chunk
+        s = slice(start, start + chunk_size)
+        b = g[:, :, s].cumsum(-1)
+        states.append(b[..., -1, None, None].exp() * states[-1] + (k[:, :, s] * (b[..., -1:] - b).exp()[..., None]).mT @ v[:, :, s])
+    out = [None] * len(starts)
+    for i in reversed(range(len(starts))):          # second pass, last chunk first
+        s = slice(starts[i], starts[i] + chunk_size)
+        Qc, Kc, Vc, b = q[:, :, s], k[:, :, s], v[:, :, s], g[:, :, s].cumsum(-1)
+        n = b.shape[-1]
+        L = torch.where(torch.ones(n, n, dtype=torch.bool).tril(), b[..., :, None] - b[..., None, :], -torch.inf).exp()
+        out[i] = (Qc * b.exp()[..., None]) @ states[i] + ((Qc @ Kc.mT) * L) @ Vc
+    return torch.cat(out, dim=2)
+"""
+GATED_BROADCAST = GATED_DEF + """    B, H, T, D_k = q.shape
+    S, out = q.new_zeros(B, H, D_k, v.shape[-1]), []
+    for start in range(0, T, chunk_size):
+        Qc, Kc, Vc, gc = (x[:, :, start:start + chunk_size] for x in (q, k, v, g))
+        b = gc.cumsum(-1)
+        n = Qc.shape[2]
+        scores = (Qc[:, :, :, None, :] * Kc[:, :, None, :, :]).sum(-1)           # (B, H, C, C)
+        L = torch.where(torch.ones(n, n, dtype=torch.bool).tril(), b[..., :, None] - b[..., None, :], -torch.inf).exp()
+        intra = ((scores * L)[..., None] * Vc[:, :, None, :, :]).sum(-2)
+        inter = ((Qc * b.exp()[..., None])[..., :, None] * S[:, :, None, :, :]).sum(-2)
+        out.append(inter + intra)
+        Kd = Kc * (b[..., -1:] - b).exp()[..., None]
+        S = b[..., -1, None, None].exp() * S + (Kd[..., :, None] * Vc[..., None, :]).sum(2)
+    return torch.cat(out, dim=2)
+"""
+GATED_CLAMPED = GATED_DEF + """    B, H, T, D_k = q.shape
+    S, out = q.new_zeros(B, H, D_k, v.shape[-1]), []
+    for start in range(0, T, chunk_size):
+        Qc, Kc, Vc, gc = (x[:, :, start:start + chunk_size] for x in (q, k, v, g))
+        b = gc.cumsum(-1)
+        n = b.shape[-1]
+        # exp of min(b_i - b_j, 0): never above 1, so masking after exp multiplies finite numbers by 0
+        L = (b[..., :, None] - b[..., None, :]).clamp(max=0).exp() * torch.ones(n, n, dtype=q.dtype).tril()
+        out.append((Qc * b.exp()[..., None]) @ S + ((Qc @ Kc.mT) * L) @ Vc)
+        S = b[..., -1, None, None].exp() * S + (Kc * (b[..., -1:] - b).exp()[..., None]).mT @ Vc
+    return torch.cat(out, dim=2)
+"""
+GATED_MATMUL_CUMSUM = (GATED_B, "b = g[:, :, start:start + chunk_size] @ torch.ones(Qc.shape[2], Qc.shape[2], dtype=g.dtype).triu()   # cumsum as a product")
+GATED_VMAP = """def one_head(q, k, v, g, chunk_size):
+    S, out = q.new_zeros(q.shape[-1], v.shape[-1]), []
+    for start in range(0, q.shape[0], chunk_size):
+        Qc, Kc, Vc, b = q[start:start + chunk_size], k[start:start + chunk_size], v[start:start + chunk_size], g[start:start + chunk_size].cumsum(0)
+        causal = torch.ones(b.shape[0], b.shape[0], dtype=torch.bool).tril()
+        L = torch.where(causal, b[:, None] - b[None, :], -torch.inf).exp()
+        out.append((Qc * b.exp()[:, None]) @ S + ((Qc @ Kc.T) * L) @ Vc)
+        S = b[-1].exp() * S + (Kc * (b[-1] - b).exp()[:, None]).T @ Vc
+    return torch.cat(out, 0)
+
+
+""" + GATED_DEF + """    return torch.vmap(torch.vmap(lambda a, b, c, d: one_head(a, b, c, d, chunk_size)))(q, k, v, g)
+"""
+GATED_ITERATE_CHUNKS = GATED_DEF + """    import math
+    B, H, T, D_k = q.shape
+    S, out = q.new_zeros(B, H, D_k, v.shape[-1]), []
+    for Qc, Kc, Vc, gc in zip(*(x.split(chunk_size, dim=2) for x in (q, k, v, g))):
+        b = gc.cumsum(-1)
+        n = b.shape[-1]
+        L = torch.where(torch.ones(n, n, dtype=torch.bool).tril(), b[..., :, None] - b[..., None, :], -math.inf).exp()
+        out.append(torch.baddbmm(((Qc @ Kc.mT) * L).flatten(0, 1) @ Vc.flatten(0, 1), (Qc * b.exp()[..., None]).flatten(0, 1), S.flatten(0, 1)).unflatten(0, (B, H)))
+        S = torch.exp(b[..., -1])[..., None, None] * S + torch.exp(b[..., -1:] - b)[..., None].mul(Kc).mT @ Vc
+    return torch.cat(out, dim=2)
+"""
+# The mistakes, written as a student would.
+GATED_EXP_WHOLE = GATED_DEF + """    B, H, T, D_k = q.shape
+    alpha = g.cumsum(-1).exp()                                         # prod of the gates through token t
+    S, out = q.new_zeros(B, H, D_k, v.shape[-1]), []
+    for start in range(0, T, chunk_size):
+        end = min(start + chunk_size, T)
+        Qc, Kc, Vc, A = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], alpha[:, :, start:end]
+        A0 = alpha[:, :, start - 1:start] if start else torch.ones_like(A[..., :1])
+        L = (A[..., :, None] / A[..., None, :]).tril()
+        out.append((Qc * (A / A0)[..., None]) @ S + ((Qc @ Kc.mT) * L) @ Vc)
+        S = (A[..., -1:] / A0)[..., None] * S + (Kc * (A[..., -1:] / A)[..., None]).mT @ Vc
+    return torch.cat(out, dim=2)
+"""
+GATED_EXP_RATIO = (GATED_L, "L = (b.exp()[..., :, None] * (-b).exp()[..., None, :]).tril()             # exp(b_i) exp(-b_j)")
+GATED_CUMPROD = (GATED_L, "a = g[:, :, start:start + chunk_size].exp().cumprod(-1)\n        L = (a[..., :, None] / a[..., None, :]).tril()   # alpha_{j+1} ... alpha_i")
+GATED_EXP_THEN_MASK = (GATED_L, "L = (b[..., :, None] - b[..., None, :]).exp().tril()          # exp, then the mask")
+GATED_EXP_THEN_MASK_MUL = (GATED_L, "L = (b[..., :, None] - b[..., None, :]).exp() * causal       # exp, then the mask")
+GATED_TOKEN_LOOP = GATED_DEF + """    S = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    out = []
+    for t in range(q.shape[2]):
+        S = g[:, :, t, None, None].exp() * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        out.append((q[:, :, t, None, :] @ S)[:, :, 0])
+    return torch.stack(out, dim=2)
+"""
+GATED_WHOLE_MASK = GATED_DEF + """    G = g.cumsum(-1)
+    T = q.shape[2]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    L = torch.where(causal, G[..., :, None] - G[..., None, :], -torch.inf).exp()      # (B, H, T, T)
+    return ((q @ k.mT) * L) @ v
+"""
+GATED_WHOLE_MASK_SLICED = GATED_DEF + """    B, H, T, D_k = q.shape
+    G = g.cumsum(-1)
+    L_all = torch.where(torch.ones(T, T, dtype=torch.bool).tril(), G[..., :, None] - G[..., None, :], -torch.inf).exp()
+    S, out = q.new_zeros(B, H, D_k, v.shape[-1]), []
+    for start in range(0, T, chunk_size):
+        end = min(start + chunk_size, T)
+        Qc, Kc, Vc, b = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], g[:, :, start:end].cumsum(-1)
+        out.append((Qc * b.exp()[..., None]) @ S + ((Qc @ Kc.mT) * L_all[..., start:end, start:end]) @ Vc)
+        S = b[..., -1, None, None].exp() * S + (Kc * (b[..., -1:] - b).exp()[..., None]).mT @ Vc
+    return torch.cat(out, dim=2)
+"""
+GATED_STATES_IN_CHUNKS = GATED_DEF + """    S = q.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
+    out = []
+    for start in range(0, q.shape[2], chunk_size):
+        Qc, Kc, Vc, gc = (x[:, :, start:start + chunk_size] for x in (q, k, v, g))
+        states = []
+        for i in range(Qc.shape[2]):                                  # hmm: a loop over the chunk's tokens
+            S = gc[:, :, i, None, None].exp() * S + Kc[:, :, i, :, None] * Vc[:, :, i, None, :]
+            states.append(S)
+        out.append(torch.einsum('bhtk,bhtkv->bhtv', Qc, torch.stack(states, 2)))
+    return torch.cat(out, dim=2)
+"""
+GATED_STATES_BY_TRIL = GATED_DEF + """    B, H, T, D_k = q.shape
+    S, out = q.new_zeros(B, H, D_k, v.shape[-1]), []
+    for start in range(0, T, chunk_size):
+        Qc, Kc, Vc, gc = (x[:, :, start:start + chunk_size] for x in (q, k, v, g))
+        b = gc.cumsum(-1)
+        n = b.shape[-1]
+        L = torch.where(torch.ones(n, n, dtype=torch.bool).tril(), b[..., :, None] - b[..., None, :], -torch.inf).exp()
+        W = (Kc[..., :, None] * Vc[..., None, :]).flatten(-2)                   # (B, H, C, D_k D_v)
+        St = b.exp()[..., None] * S.flatten(-2)[:, :, None] + L @ W            # the state after each token
+        out.append((Qc[..., None] * St.unflatten(-1, (D_k, v.shape[-1]))).sum(-2))
+        S = St[:, :, -1].unflatten(-1, (D_k, v.shape[-1]))
+    return torch.cat(out, dim=2)
+"""
+GATED_SQUARE_IN_PIECES = GATED_DEF + """    T = q.shape[2]
+    G = g.cumsum(-1)
+    out = []
+    for start in range(0, T, chunk_size):
+        end = min(start + chunk_size, T)
+        diff = G[..., start:end, None] - G[..., None, :end]                   # (B, H, C, end): every earlier key
+        L = torch.where(torch.ones(end - start, end, dtype=torch.bool).tril(start), diff, -torch.inf).exp()
+        out.append(((q[:, :, start:end] @ k[:, :, :end].mT) * L) @ v[:, :, :end])
+    return torch.cat(out, dim=2)
+"""
+GATED_PER_TOKEN = "made one chunk at a time"
+GATED_BOUND = "a T x T decay mask"
+GATED_LIBRARY = "Write the loop over chunks with tensor operations (@, cumsum"
+
+
+def l03_gated(name, *edits, hint=None, source=None, hidden_only=False, slow=False):
+    answer = source if source is not None else sol(L03, "chunkwise_gated_form", *edits)
+    return Case(L03, "test_chunkwise_gated_form", name, {"chunkwise_gated_form": answer}, hint, hidden_only, slow=slow)
+
+
+CASES += [
+    # right: at least 20 forms
+    l03_gated("solution"),
+    l03_gated("einsum throughout, masked_fill before exp", source=GATED_EINSUM),
+    l03_gated("Mamba-2's segsum inside each chunk", source=GATED_SEGSUM, slow=True),
+    l03_gated("Mamba-2's ssd_minimal: no Python loop, chunk states by a segsum over chunks", source=GATED_SSD_MINIMAL),
+    l03_gated("whole-sequence cumulative sum, used only through differences", source=GATED_WHOLE_CUMSUM_DIFFS, slow=True),
+    l03_gated("in place into a preallocated output", source=GATED_IN_PLACE.format(range="range(0, T, chunk_size)"), slow=True),
+    l03_gated("states first, chunks in reverse", source=GATED_STATES_FIRST, slow=True),
+    l03_gated("broadcast products, no matmul", source=GATED_BROADCAST, slow=True),
+    l03_gated("exp of min(b_i - b_j, 0), masked after exp", source=GATED_CLAMPED, slow=True),
+    l03_gated("cumulative sum as a product with a triangle of ones", GATED_MATMUL_CUMSUM, slow=True),
+    l03_gated("vmap over batch and heads", source=GATED_VMAP, slow=True),
+    l03_gated("chunks by split, baddbmm for the read", source=GATED_ITERATE_CHUNKS, slow=True),
+    l03_gated("float64 inside, cast back", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v, g = q.double(), k.double(), v.double(), g.double()\n    B, H, T, D_k = q.shape"),
+              (GATED_RETURN, "return torch.cat(out, dim=2).to(dtype)"), slow=True),
+    l03_gated("result cast to the inputs' dtype at the end", (GATED_RETURN, "return torch.cat(out, dim=2).to(q.dtype)"), slow=True),
+    l03_gated("the state decayed, then added to, in two statements", (GATED_WRITE, "S = S * last[..., None].exp()\n        S = S + (Kc * (last - b)[..., None].exp()).mT @ Vc"), slow=True),
+    l03_gated("gates floored at -1e4 (exp of it is 0 in any dtype)", (GATED_B, "b = g[:, :, start:start + chunk_size].clamp(min=-1e4).cumsum(-1)   # a documented floor: exp(-1e4) == 0"), slow=True),
+    l03_gated("causal mask by comparing positions", ("causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()", "idx = torch.arange(n)\n        causal = idx[:, None] >= idx[None, :]"), slow=True),
+    l03_gated("prints the state and a tensor inside", (GATED_WRITE, GATED_WRITE + "\n        print('state of head 0:', S[0, 0], f'{Qc.sum()}')"), slow=True),
+    l03_gated("with a progress bar over the chunks", (GATED_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),
+    l03_gated("chunk count by math.ceil", (GATED_LOOP, "import math\n    for start in (i * chunk_size for i in range(math.ceil(T / chunk_size))):"), slow=True),
+    l03_gated("decay mask by masked_fill of -inf", (GATED_L, "L = (b[..., :, None] - b[..., None, :]).masked_fill(~causal, float('-inf')).exp()"), slow=True),
+    l03_gated("exp, then tril (the entries that overflow are dropped, never multiplied by 0)", GATED_EXP_THEN_MASK, slow=True),
+    # wrong: the catalogue, each with the hint that names it
+    l03_gated("renamed", source=GATED_DEF.replace("chunkwise_gated_linear_attention", "chunked_gated_attention") + "    return q\n",
+              hint="chunkwise_gated_linear_attention is not defined"),
+    l03_gated("raises on a short last chunk", (GATED_READ, "out.append((Qc * b[..., None].exp()) @ S + ((Qc @ Kc.mT) * L) @ Vc[:, :, :chunk_size - 1])"),
+              hint="chunkwise_gated_linear_attention raised"),
+    l03_gated("carried state not decayed", (GATED_WRITE, "S = S + (Kc * (last - b)[..., None].exp()).transpose(-1, -2) @ Vc"),
+              hint="the carried state is not decayed by the chunk's total decay"),
+    l03_gated("keys not decayed to the chunk's end", (GATED_WRITE, "S = last[..., None].exp() * S + Kc.transpose(-1, -2) @ Vc"),
+              hint="the keys are not decayed to the chunk's end"),
+    l03_gated("queries not decayed for the inter-chunk read", (GATED_READ, "out.append(Qc @ S + ((Qc @ Kc.transpose(-1, -2)) * L) @ Vc)"),
+              hint="the queries that read the carried state are not decayed"),
+    l03_gated("no inter-chunk term", (GATED_READ, "out.append(((Qc @ Kc.transpose(-1, -2)) * L) @ Vc)"), hint="the inter-chunk term is missing"),
+    l03_gated("decay applied twice inside a chunk", (GATED_READ, "Qd, Kd = Qc * b[..., None].exp(), Kc * (-b)[..., None].exp()\n        out.append(Qd @ S + ((Qd @ Kd.transpose(-1, -2)) * L) @ Vc)"),
+              hint="the decay is applied twice inside a chunk"),
+    l03_gated("carried state decayed twice", (GATED_READ, "S = b[..., -1:, None].exp() * S                 # the chunk's decay on the carried state\n        " + GATED_READ),
+              hint="the carried state is decayed twice"),
+    l03_gated("state written before the chunk's queries read it", (GATED_READ, ""), (GATED_WRITE, GATED_WRITE + "\n        " + GATED_READ),
+              hint="before the chunk's queries read it"),
+    l03_gated("mask drops the diagonal (strict)", (".tril()", ".tril(-1)"), hint="leaves out the diagonal"),
+    l03_gated("key's own gate counted (exclusive and inclusive sums mixed)",
+              (GATED_L, 'L = torch.where(causal, b[..., :, None] - (b - g[:, :, start:start + chunk_size])[..., None, :], float("-inf")).exp()'),
+              (GATED_WRITE, "S = last[..., None].exp() * S + (Kc * (last - b + g[:, :, start:start + chunk_size])[..., None].exp()).transpose(-1, -2) @ Vc"),
+              hint="includes its own gate"),
+    l03_gated("decay mask not causal", (GATED_L, "L = (b[..., :, None] - b[..., None, :]).exp()"), hint="the decay mask L was not made causal"),
+    l03_gated("wrong sign", (GATED_B, "b = -g[:, :, start:start + chunk_size].cumsum(-1)"), hint="the decay has the wrong sign"),
+    l03_gated("gates used as the decay factors (gamma, not log-decay)", (GATED_L, "L = (g[:, :, start:start + chunk_size].cumprod(-1)[..., :, None] / g[:, :, start:start + chunk_size].cumprod(-1)[..., None, :]).tril()"),
+              (GATED_READ, "gp = g[:, :, start:start + chunk_size].cumprod(-1)\n        out.append((Qc * gp[..., None]) @ S + ((Qc @ Kc.transpose(-1, -2)) * L) @ Vc)"),
+              (GATED_WRITE, "S = gp[..., -1:, None] * S + (Kc * (gp[..., -1:] / gp)[..., None]).transpose(-1, -2) @ Vc"),
+              hint="were used as decay factors"),
+    l03_gated("exp of the cumulative sum over the whole sequence", source=GATED_EXP_WHOLE, hint="exp of the cumulative sum over the whole sequence underflows"),
+    l03_gated("exp(b_i) times exp(-b_j) inside a chunk", GATED_EXP_RATIO, hint="exp(-b_j) overflows to inf"),
+    l03_gated("a cumulative product of exp(g)", GATED_CUMPROD, hint="exp(-b_j) overflows to inf"),
+    l03_gated("exp before the mask (times a 0/1 mask)", GATED_EXP_THEN_MASK_MUL, hint="was taken before the causal mask"),
+    l03_gated("tail dropped", (GATED_LOOP, "for start in range(0, T - T % chunk_size, chunk_size):"), hint="a chunk boundary is off by one"),
+    l03_gated("tail left at zero", source=GATED_IN_PLACE.format(range="range(0, T - chunk_size + 1, chunk_size)"), hint="it was never computed"),
+    l03_gated("calls the library op", source=GATED_DEF + "    return gated_linear_attention(q, k, v, g, impl='chunk', chunk_size=chunk_size)[0]\n",
+              hint=GATED_LIBRARY),
+    l03_gated("loop over tokens", source=GATED_TOKEN_LOOP, hint="Loop over the T / C chunks only"),
+    l03_gated("float64 result for float32 inputs", ("B, H, T, D_k = q.shape", "q, k, v, g = q.double(), k.double(), v.double(), g.double()\n    B, H, T, D_k = q.shape"),
+              hint="float32 inputs gave a torch.float64 output"),
+    l03_gated("float32 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v, g = q.float(), k.float(), v.float(), g.float()\n    B, H, T, D_k = q.shape"),
+              (GATED_RETURN, "return torch.cat(out, dim=2).to(dtype)"), hint="went through float32 somewhere"),
+    l03_gated("whole T x T decay mask, chunk_size ignored", source=GATED_WHOLE_MASK, hint=GATED_BOUND),
+    l03_gated("chunks, but a T x T decay mask sliced per chunk", source=GATED_WHOLE_MASK_SLICED, hint=GATED_BOUND),
+    l03_gated("a state for every token of each chunk (a token loop inside)", source=GATED_STATES_IN_CHUNKS, hint="Loop over the T / C chunks only"),
+    l03_gated("a state for every token, one chunk at a time (triangular product)", source=GATED_STATES_BY_TRIL, hint=GATED_PER_TOKEN),
+    l03_gated("each chunk's queries against every earlier key", source=GATED_SQUARE_IN_PIECES, hint="the T x T product in pieces"),
+    l03_gated("chunks of a fixed 128 tokens, chunk_size ignored", ("start + chunk_size", "start + 128"), (GATED_LOOP, "for start in range(0, T, 128):"),
+              hint="chunk_size is not used"),
+    l03_gated("unforeseen", (GATED_RETURN, "return 0.5 * torch.cat(out, dim=2)"), hint="differs from the token loop by up to"),
+]
+
+
 # ------------------------------------------------------------------------------ lessons 04 and 05
 L04, L05 = "04_hybrid_kv_cache", "05_inattention"
 JAMBA = "jamba_256k_gib = kv_cache_gib(n_attn_layers=4, n_kv_heads=8, head_dim=128, context=256 * 1024)"

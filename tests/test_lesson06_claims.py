@@ -381,3 +381,86 @@ def test_the_reach_the_prose_states_is_the_models():
         x = block(x, y)
     model.head(model.norm(x))[0, -1].sum().backward()
     assert int((y.grad[0].abs().sum(-1) > 0).sum()) == stack_reach(8) == 37
+
+
+# ----------------------------------------------------------------------------- the state-size sweep
+def load_state(text, table):
+    """{design: {head_dim: {"bytes", "mqar": [per seed], "mqar_p24", "overwrite", "loss"}}} from state_sweep.json
+    (scripts/state_sweep.py), with the lesson's own runs (seeds.md: head_dim 16) as the middle point,
+    as the notebook's figure cell joins them."""
+    out = {}
+    for r in sorted(json.loads(text)["runs"], key=lambda r: r["seed"]):
+        p = out.setdefault(r["name"], {}).setdefault(r["head_dim"], {"bytes": r["bytes"], "mqar": [], "mqar_p24": [],
+                                                                       "overwrite": [], "loss": []})
+        for key, value in (("mqar", r["mqar_mean"]), ("mqar_p24", r["mqar"]["24"]), ("overwrite", r["overwrite_mean"]),
+                           ("loss", r["loss"])):
+            p[key].append(value)
+    for d in out:
+        out[d][16] = {"bytes": int(table[d]["bytes"][0]), **{k: list(table[d][k]) for k in ("mqar", "mqar_p24", "overwrite", "loss")}}
+        out[d] = dict(sorted(out[d].items()))
+    return out
+
+
+def state_claims(s):
+    """{claim: holds?} for the sentences of the state-size sweep (discussion-md's "State size" item, recap)."""
+    g, d = s["gated_delta"], s["decay"]
+    seeds = range(min(len(p["mqar"]) for pts in s.values() for p in pts.values()))
+    every = lambda f: all(f(i) for i in seeds)
+    return {
+        "the sweep's states are 3, 9 and 33 KiB per sequence (head_dim 8, 16, 32), for both designs":
+            all([round(p["bytes"] / 1024) for p in pts.values()] == [3, 9, 33] and list(pts) == [8, 16, 32]
+                for pts in s.values()),
+        "gated_delta at head_dim 8 recalls less than at 16 in every seed (by > 0.2)":
+            every(lambda i: g[8]["mqar"][i] < g[16]["mqar"][i] - 0.2),
+        "gated_delta at head_dim 32: two seeds above head_dim 16 and above 0.97, one below it":
+            sorted(g[32]["mqar"][i] > g[16]["mqar"][i] and g[32]["mqar"][i] > 0.97 for i in seeds) == [False, True, True]
+            and sum(g[32]["mqar"][i] < g[16]["mqar"][i] for i in seeds) == 1,
+        "the seed of gated_delta below head_dim 16 at 32 ended with a loss above 1; every other run at 16 or 32 below 0.4":
+            all((g[32]["loss"][i] > 1) == (g[32]["mqar"][i] < g[16]["mqar"][i]) for i in seeds)
+            and all(x < 0.4 for x in g[16]["loss"])
+            and all(g[32]["loss"][i] < 0.4 for i in seeds if g[32]["mqar"][i] >= g[16]["mqar"][i]),
+        "gated_delta's mean MQAR at head_dim 32 is not above its mean at 16":
+            mean(g[32]["mqar"]) <= mean(g[16]["mqar"]),
+        "decay recalls a little more at each step of head_dim 8 -> 16 -> 32, in every seed (each step < 0.1)":
+            every(lambda i: all(0 < d[b]["mqar"][i] - d[a]["mqar"][i] < 0.1 for a, b in ((8, 16), (16, 32)))),
+        "decay stays below gated_delta at every head_dim in every seed, by > 0.3 at 16 and 32":
+            every(lambda i: d[8]["mqar"][i] < g[8]["mqar"][i]
+                  and all(d[h]["mqar"][i] < g[h]["mqar"][i] - 0.3 for h in (16, 32))),
+    }
+
+
+@pytest.fixture(scope="module")
+def state(committed):
+    return load_state((LESSON / "state_sweep.json").read_text(), committed[0])
+
+
+def test_the_state_sweep_is_the_lessons_experiment_with_only_head_dim_changed(committed):
+    """Each run: the design's best rate of the sweep, three seeds, the bytes memory_bytes gives for its head_dim."""
+    from mlexp.capstone import lesson_designs, memory_bytes
+
+    _, sweep = committed
+    data = json.loads((LESSON / "state_sweep.json").read_text())
+    assert not data["grading"]
+    by = {}
+    for r in data["runs"]:
+        assert r["lr"] == pytest.approx(best_rate(sweep[r["name"]])), r["name"]
+        assert r["bytes"] == memory_bytes(lesson_designs()[r["name"]], 64, head_dim=r["head_dim"])["total_bytes"]
+        by.setdefault((r["name"], r["head_dim"]), set()).add(r["seed"])
+    assert by == {(n, h): {0, 1, 2} for n in ("gated_delta", "decay") for h in (8, 32)}
+
+
+def test_every_state_sweep_claim_holds(state):
+    failed = [c for c, ok in state_claims(state).items() if not ok]
+    assert not failed, f"lesson 06 states these about the state-size sweep, and state_sweep.json no longer supports them: {failed}"
+
+
+def test_the_state_sweep_claims_fail_when_its_rows_are_swapped(state):
+    swapped = copy.deepcopy(state)                       # gated_delta's smallest and largest state swapped
+    swapped["gated_delta"][8], swapped["gated_delta"][32] = swapped["gated_delta"][32], swapped["gated_delta"][8]
+    assert [c for c, ok in state_claims(swapped).items() if not ok]
+    swapped = copy.deepcopy(state)                       # gated_delta's head_dim 16 and 32 swapped
+    swapped["gated_delta"][16], swapped["gated_delta"][32] = swapped["gated_delta"][32], swapped["gated_delta"][16]
+    assert [c for c, ok in state_claims(swapped).items() if not ok]
+    swapped = copy.deepcopy(state)                       # the two designs swapped
+    swapped["gated_delta"], swapped["decay"] = swapped["decay"], swapped["gated_delta"]
+    assert [c for c, ok in state_claims(swapped).items() if not ok]
