@@ -96,7 +96,12 @@ def claims(t, sweep):
         "seeds.md trains each swept design at its best rate of the sweep":
             all(v(d, "lr")[0] == pytest.approx(best_rate(sweep[d])) for d in sweep),
         "every design of the table was swept at 1e-3, 3e-3 and 6e-3 (none is left at a common rate)":
-            set(t) == set(sweep) and all(set(sweep[d]) == {1e-3, 3e-3, 6e-3} for d in t),
+            set(t) == set(sweep) and all(set(sweep[d]) >= {1e-3, 3e-3, 6e-3} for d in t),
+        "gated_delta was also swept at twice 6e-3 and decay at about a third of 1e-3; no other design beyond the three":
+            set(sweep["gated_delta"]) == {1e-3, 3e-3, 6e-3, 2 * 6e-3} and set(sweep["decay"]) == {3e-4, 1e-3, 3e-3, 6e-3}
+            and all(len(sweep[d]) == 3 for d in sweep if d not in ("gated_delta", "decay")),
+        "gated_delta at twice 6e-3 and decay at 3e-4 did worse than at their chosen rates (both bracketed now)":
+            gd[2 * 6e-3]["mqar_mean"] < gd[6e-3]["mqar_mean"] and dec[3e-4]["mqar_mean"] < dec[1e-3]["mqar_mean"],
         "each design trains at one rate in all three seeds":
             all(len(set(v(d, "lr"))) == 1 for d in t),
         # section 3, reading the sweep (seed 0)
@@ -145,10 +150,13 @@ def claims(t, sweep):
         "decay at its best rate is below gated_delta's worst seed at 24 pairs":
             max(v("decay", "mqar")) < min(v("gated_delta", "mqar_p24")),
         # where the sweep does not bracket the best rate (issue 40)
-        "the best rate is on the grid's top edge for attention, hybrid_at_0 and gated_delta, on its bottom edge for decay "
-        "and inattention, and inside it for every other design":
-            {d for d in sweep if best_rate(sweep[d]) == max(sweep[d])} == {"attention", "hybrid_at_0", "gated_delta"}
-            and {d for d in sweep if best_rate(sweep[d]) == min(sweep[d])} == {"decay", "inattention"},
+        "the best rate is on its grid's top edge for attention and hybrid_at_0, on its bottom edge for inattention, "
+        "and inside it for every other design":
+            {d for d in sweep if best_rate(sweep[d]) == max(sweep[d])} == {"attention", "hybrid_at_0"}
+            and {d for d in sweep if best_rate(sweep[d]) == min(sweep[d])} == {"inattention"},
+        "on the three rates 1e-3, 3e-3, 6e-3 alone, gated_delta, attention, hybrid_at_0 were at the top edge, decay and inattention at the bottom":
+            {d for d in sweep if best_rate({lr: sweep[d][lr] for lr in (1e-3, 3e-3, 6e-3)}) == 6e-3} == {"attention", "hybrid_at_0", "gated_delta"}
+            and {d for d in sweep if best_rate({lr: sweep[d][lr] for lr in (1e-3, 3e-3, 6e-3)}) == 1e-3} == {"decay", "inattention"},
         "gated_delta did better at 6e-3 than at 3e-3":
             gd[6e-3]["mqar_mean"] > gd[3e-3]["mqar_mean"],
         # the control (issue 40): Gated DeltaNet's layer with an additive write
@@ -343,8 +351,12 @@ def test_the_claims_fail_when_the_table_changes(committed):
     assert not claims(swapped, sweep)["gated_additive stays far above decay in every seed (MQAR, by > 0.5)"]
     edges = copy.deepcopy(sweep)                          # decay's 1e-3 and 6e-3 runs swapped: its best rate moves to the top edge
     edges["decay"][1e-3], edges["decay"][6e-3] = edges["decay"][6e-3], edges["decay"][1e-3]
-    assert not claims(table, edges)["the best rate is on the grid's top edge for attention, hybrid_at_0 and gated_delta, "
-                                    "on its bottom edge for decay and inattention, and inside it for every other design"]
+    assert not claims(table, edges)["the best rate is on its grid's top edge for attention and hybrid_at_0, on its bottom edge for "
+                                    "inattention, and inside it for every other design"]
+    wide = copy.deepcopy(sweep)                           # gated_delta's 6e-3 and 1.2e-2 runs swapped: no longer bracketed
+    wide["gated_delta"][6e-3], wide["gated_delta"][2 * 6e-3] = wide["gated_delta"][2 * 6e-3], wide["gated_delta"][6e-3]
+    broken = [c for c, ok in claims(table, wide).items() if not ok]
+    assert "gated_delta at twice 6e-3 and decay at 3e-4 did worse than at their chosen rates (both bracketed now)" in broken
     control_rates = copy.deepcopy(sweep)                  # the sweep's 1e-3 and 3e-3 runs of the control swapped
     c = control_rates["gated_additive"]
     c[1e-3], c[3e-3] = c[3e-3], c[1e-3]
