@@ -113,8 +113,8 @@ def _recorder(fn, name, found, test):
         return result
     call.__name__ = call.__qualname__ = name
     if hasattr(fn, "_watched_call"):
-        def watched(args, kwargs, forbid):
-            result, trace = fn._watched_call(args, kwargs, forbid)
+        def watched(args, kwargs, forbid, **extra):
+            result, trace = fn._watched_call(args, kwargs, forbid, **extra)
             value = _numbers(result)
             if value is not None:
                 found.append((test, f"{name}(...)", value, _scalars(args, kwargs)))
@@ -243,8 +243,8 @@ def _moved(fn):
         return _perturbed(fn(*args, **kwargs))
     call.__name__ = call.__qualname__ = getattr(fn, "__name__", "student")
     if hasattr(fn, "_watched_call"):
-        def watched(args, kwargs, forbid):
-            result, trace = fn._watched_call(args, kwargs, forbid)
+        def watched(args, kwargs, forbid, **extra):
+            result, trace = fn._watched_call(args, kwargs, forbid, **extra)
             return _perturbed(result), trace
         call._watched_call = watched
     return call
