@@ -4,7 +4,7 @@ Run ``python -m autograder --help``. Commands: ``build [--check | --colab | --re
 (lessons/ from solutions/; the Colab course file; publish),
 ``grade [SUBMISSIONS] --out DIR`` (a class), ``check NOTEBOOK`` (a student's self-check),
 ``demo [--check] [--check-hints]`` (the fictional demo class), ``seeds LESSON`` (seed runs),
-``book OUT [--size grading]`` (the course as a static web site, :mod:`autograder.book`).
+``book OUT [--size grading]`` (the course as a static web site, :mod:`autograder.publishing.book`).
 The course itself (lessons, repository, root) is described in ``autograder.course``.
 """
 __all__ = ["main"]
@@ -12,5 +12,5 @@ __all__ = ["main"]
 
 def main(argv=None) -> int:
     """Entry point of ``python -m autograder``; returns the exit code."""
-    from .cli import main as _main
+    from autograder.cli import main as _main
     return _main(argv)

@@ -5,6 +5,6 @@ import sys
 # for seconds at import; notebook validation never uses that format, so the command skips it.
 sys.modules.setdefault("rfc3987_syntax", None)
 
-from .cli import main  # noqa: E402
+from autograder.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .cells import grade_id_of, is_test_cell
-from .audit_code import code_in_strings, dynamic_code, loops
-from .audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
-from .copies import copied_library_code
+from autograder.cells import grade_id_of, is_test_cell
+from autograder.audit_code import code_in_strings, dynamic_code, loops
+from autograder.audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
+from autograder.copies import copied_library_code
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 

@@ -20,12 +20,12 @@ from nbgrader.converters import Autograde
 from nbgrader.converters.base import BaseConverter
 from nbgrader.utils import capture_log, temp_attrs
 
-from . import sandbox
-from .config import work_config
-from .journal import atomic_write
-from .options import GradingOptions
-from .protocol import Report
-from .results import GRADED, Result
+from autograder import sandbox
+from autograder.config import work_config
+from autograder.journal import atomic_write
+from autograder.options import GradingOptions
+from autograder.protocol import Report
+from autograder.results import GRADED, Result
 
 __all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "reason_of",
            "SANDBOX_PREPROCESSORS"]

@@ -5,10 +5,10 @@ import builtins
 import time
 from pathlib import Path
 
-from . import kernel_server, wire, wire_decode, wire_encode, wire_format
-from .notebook_client import KERNEL_MODULE, RECOVER_S, StudentTimeout
-from .protocol import KernelReply, KernelRequest
-from .wire import Opaque, WireError, decode, encode
+from autograder import kernel_server, wire, wire_decode, wire_encode, wire_format
+from autograder.notebook_client import KERNEL_MODULE, RECOVER_S, StudentTimeout
+from autograder.protocol import KernelReply, KernelRequest
+from autograder.wire import Opaque, WireError, decode, encode
 
 # what KernelLink.install sends into the kernel, in this order (each part's imports run only on
 # the trusted side: in the kernel they share one module's namespace)

@@ -13,8 +13,8 @@ import nbformat
 
 from mlexp.check import ExerciseResult, format_report, result_of
 
-from .options import GradingOptions
-from .repair import SubmissionRejected, normalise_name, read_notebook_text, repair_notebook
+from autograder.options import GradingOptions
+from autograder.intake.repair import SubmissionRejected, normalise_name, read_notebook_text, repair_notebook
 
 __all__ = ["ExerciseResult", "NotebookError", "check_notebook", "format_report", "find_release"]
 
@@ -41,7 +41,7 @@ def find_release(path: Path, course=None):
 
     Looks in ``course`` (or the course this package belongs to) for lessons/<id>/<name> with the
     same file name, once browser and LMS additions are undone ("Copy of x (1).ipynb")."""
-    from .config import find_course_root
+    from autograder.config import find_course_root
     try:
         root = find_course_root(course)
     except FileNotFoundError:
@@ -60,10 +60,10 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     lists the repairs made and the cells that ran out of time. Raises NotebookError for a
     missing or unreadable file.
     """
-    from .cells import is_test_cell
-    from .jail import probe
-    from .protocol import Report
-    from .sandbox import run_submission
+    from autograder.cells import is_test_cell
+    from autograder.jail import probe
+    from autograder.protocol import Report
+    from autograder.sandbox import run_submission
     path = Path(path).resolve()
     nb, notes = _read(path)
     root, release = find_release(path, course)
@@ -82,7 +82,7 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     report = Report.from_dict(raw)
     if executed is None:
         raise NotebookError(f"{path.name} could not be run: {'; '.join(report.review)}")
-    from .notebook_client import NOT_RUN_ENAME, TIMEOUT_ENAME
+    from autograder.notebook_client import NOT_RUN_ENAME, TIMEOUT_ENAME
     special = {TIMEOUT_ENAME: ("timed out", True), NOT_RUN_ENAME: ("not run", False)}
     results = [result_of(cell, special) for cell in executed.cells if is_test_cell(cell)]
     for what in report.timeouts:

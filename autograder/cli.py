@@ -4,10 +4,10 @@ import sys
 import time
 from pathlib import Path
 
-from .build import BuildError
-from .config import find_course_root
-from .options import add_arguments, from_arguments
-from .sandbox import SandboxUnavailable
+from autograder.publishing.build import BuildError
+from autograder.config import find_course_root
+from autograder.options import add_arguments, from_arguments
+from autograder.sandbox import SandboxUnavailable
 
 __all__ = ["main", "parser", "summary_lines"]
 
@@ -134,13 +134,13 @@ def parser() -> argparse.ArgumentParser:
                         "the score and hints it was built for")
 
     s = sub.add_parser("seeds", help="re-run lessons with shifted seeds; mean +- sd of their RESULT lines")
-    from .seeds import add_arguments as seed_arguments
+    from autograder.publishing.seeds import add_arguments as seed_arguments
     seed_arguments(s, course=False)
     return p
 
 
 def add_canvas_arguments(cv: argparse.ArgumentParser) -> None:
-    """``canvas pull`` and ``canvas push`` (autograder.canvas_sync; README: Grades back into the LMS)."""
+    """``canvas pull`` and ``canvas push`` (autograder.term.canvas_sync; README: Grades back into the LMS)."""
     sub = cv.add_subparsers(dest="canvas_command", required=True)
     pl = sub.add_parser("pull", help="download each student's latest notebook with its "
                                      "submission time into a folder grade reads")
@@ -171,7 +171,7 @@ def add_canvas_arguments(cv: argparse.ArgumentParser) -> None:
 
 
 def add_term_argument(p: argparse.ArgumentParser) -> None:
-    """``--term FILE`` for grade, report (and export): the term file (autograder.term)."""
+    """``--term FILE`` for grade, report (and export): the term file (autograder.term.termfile)."""
     p.add_argument("--term", metavar="FILE",
                    help="term file (TOML): due dates, late rule, extensions, LMS columns "
                         "(README: 'A term'); applied when results become grades, without "
@@ -183,16 +183,16 @@ def read_term(args, root: Path):
     None without ``--term``. Raises term.TermError (a ValueError) for a bad file."""
     if not getattr(args, "term", None):
         return None
-    from .config import list_assignments
-    from .term import load_term
+    from autograder.config import list_assignments
+    from autograder.term.termfile import load_term
     return load_term(args.term, list_assignments(root))
 
 
 def _build(args) -> int:
-    from .build import build, check_build
+    from autograder.publishing.build import build, check_build
     root = find_course_root(args.course)
     if args.colab is not None:
-        from .colab import STUDENT_STEPS, build_wheel
+        from autograder.publishing.colab import STUDENT_STEPS, build_wheel
         if args.check or args.repo:
             raise ValueError("--colab writes only the course file; run --check or --repo on their own.")
         wheel = build_wheel(root, root / args.colab if not Path(args.colab).is_absolute() else Path(args.colab))
@@ -206,11 +206,11 @@ def _build(args) -> int:
         for a in build(root):
             print(f"wrote lessons/{a}/")
         if (root / "autograder" / "demo" / "catalog").is_dir():   # the demo class is made from lessons/
-            from .demo import write_demo
+            from autograder.publishing.demo import write_demo
             print(f"wrote {len(write_demo(root, root / 'autograder' / 'demo'))} demo notebooks")
         return 0
     if args.check:
-        from .build import check_test_cells
+        from autograder.publishing.build import check_test_cells
         problems = check_test_cells(root)
         if problems:
             print("test cells that would not grade as written:", *problems, sep="\n  ")
@@ -231,7 +231,7 @@ def _set_repo(root: Path, repo: str) -> None:
     cells, the README table) with scripts/lesson_cells.py of the course at ``root``."""
     import importlib.util
 
-    from .course import set_course_repo
+    from autograder.course import set_course_repo
     script = root / "scripts" / "lesson_cells.py"
     if not script.is_file():
         raise FileNotFoundError(f"{script} is missing: --repo rewrites the lessons with it.")
@@ -294,7 +294,7 @@ def _announce(args, sample) -> None:
               "`.venv/bin/python -m autograder grade SUBMISSIONS --out DIR` (README, 'For instructors').",
               file=sys.stderr, flush=True)
     elif args.submissions is None:
-        from .demo import load_catalog
+        from autograder.publishing.demo import load_catalog
         total = sum(len(c["students"]) for c in load_catalog().values())
         print(f"Grading the whole demo class: {total} submissions, {args.jobs} at a time, into "
               f"{args.out}/. This takes {_minutes(total, args.jobs)} {per}.",
@@ -322,13 +322,13 @@ def _count_notebooks(path: Path):
 
 
 def _grade(args) -> int:
-    from .grade import format_table, grade_class
+    from autograder.grading.grade import format_table, grade_class
     root = find_course_root(args.course)
     options = from_arguments(args)
     term = read_term(args, root)   # a bad term file stops the run before anything is graded
     submissions, sample = args.submissions, None
     if args.sample is not None:
-        from .demo import write_sample
+        from autograder.publishing.demo import write_sample
         if submissions is not None:
             raise ValueError("--sample picks students from the demo class; to try a real class on "
                              "a few students, copy their folders into a folder of their own.")
@@ -337,7 +337,7 @@ def _grade(args) -> int:
     _announce(args, sample)
     stops = (KeyboardInterrupt,)
     if args.scheduler:   # Dask is imported only for a cluster
-        from .distributed import ClusterError
+        from autograder.distributed import ClusterError
         stops += (ClusterError,)
     start = time.perf_counter()
     try:
@@ -359,8 +359,8 @@ def _grade(args) -> int:
     notes = [n for n in (notes.read_text().splitlines() if notes.is_file() else [])
              if not n.endswith("fully isolated")]
     print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), notes)))
-    from .results import OVERRIDES_FILE
-    from .term import TERM_RECORD
+    from autograder.results import OVERRIDES_FILE
+    from autograder.term.termfile import TERM_RECORD
     if term is not None or any((Path(args.out) / n).is_file() for n in (OVERRIDES_FILE, TERM_RECORD)):
         print("the scores above are the tests' own; grades.csv's score has the term's late "
               "penalties and DIR/overrides.csv applied (raw_score, late_penalty, override)")
@@ -394,7 +394,7 @@ def summary_lines(results, seconds: float, out: Path, notes) -> list:
     for note in notes:
         advice = next((a for key, a in ISOLATION_ADVICE.items() if note.startswith(key)), "")
         lines.append(f"isolation: {note}" + (f"\n  what to do: {advice}" if advice else ""))
-    from .results import NEEDS_REVIEW, REJECTED, Status
+    from autograder.results import NEEDS_REVIEW, REJECTED, Status
     review = [r for r in results if Status.of(r.status).kind == NEEDS_REVIEW]
     rejected = [r for r in results if Status.of(r.status).kind == REJECTED]
     if review or rejected:
@@ -404,8 +404,8 @@ def summary_lines(results, seconds: float, out: Path, notes) -> list:
 
 
 def _report(args) -> int:
-    from .report import write_class_outputs
-    from .similarity import THRESHOLD
+    from autograder.reporting.report import write_class_outputs
+    from autograder.reporting.similarity import THRESHOLD
     root = find_course_root(args.course)
     threshold = THRESHOLD if args.similarity is None else args.similarity
     if not 0 < threshold <= 1:
@@ -426,8 +426,8 @@ def _report(args) -> int:
 
 
 def _publish(args) -> int:
-    from .course import PLACEHOLDER_REPO
-    from .publish import PublishError, publish
+    from autograder.course import PLACEHOLDER_REPO
+    from autograder.publishing.publish import PublishError, publish
     root = find_course_root(args.course)
     try:
         done = publish(root, Path(args.out), repo=args.repo, with_solutions=args.with_solutions)
@@ -453,7 +453,7 @@ def _publish(args) -> int:
 
 def _book(args) -> int:
     try:
-        from .book import BookError, book
+        from autograder.publishing.book import BookError, book
     except ImportError as exc:
         print(f"error: {exc}; the book needs the grader's book extra: bash scripts/setup.sh book "
               "(or pip install -e './autograder[book]')", file=sys.stderr)
@@ -482,7 +482,7 @@ def _export(args) -> int:
     cell prints what it matched, then exits 2 like any other export that cannot be used. One that
     held a grade back (no one decided it) or met a graded student the gradebook lacks exits 3,
     unless --send-undecided says the instructor means it."""
-    from .export import export_gradebook, format_export, term_for
+    from autograder.term.export import export_gradebook, format_export, term_for
     term = term_for(args.term, Path(args.out)) if args.term else None
     result = export_gradebook(Path(args.out), args.lms, Path(args.gradebook), Path(args.dest),
                               term=term, lesson=args.lesson,
@@ -512,26 +512,26 @@ def _canvas(args) -> int:
     fix (the token never in it); push exits 3 when it held a grade back or met a student Canvas
     does not have, as export does."""
     import os
-    from .canvas import URL_ENV, CanvasCut, MissingExtra, Session, read_token, require_canvasapi
+    from autograder.lms.canvas_api import URL_ENV, CanvasCut, MissingExtra, Session, read_token, require_canvasapi
     try:
         require_canvasapi()
     except MissingExtra as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from . import canvas_sync as cs
+    from autograder.term import canvas_sync as cs
     token = read_token(args.token_file)
     session = Session(args.url or os.environ.get(URL_ENV, ""), token,
                       say=lambda line: print(line, file=sys.stderr, flush=True))
     try:
         if args.canvas_command == "pull":
-            from .config import list_assignments
+            from autograder.config import list_assignments
             root = find_course_root(args.course)
             term = read_term(args, root)
             lesson = cs.lesson_for(args.assignment, args.lesson, term, set(list_assignments(root)))
             print(cs.format_pull(cs.pull(session, args.course_arg, args.assignment, lesson,
                                          Path(args.out))))
             return 0
-        from .export import recorded_term, term_for
+        from autograder.term.export import recorded_term, term_for
         term = term_for(args.term, Path(args.out)) if args.term else recorded_term(Path(args.out))
         lesson = cs.lesson_for(args.assignment, args.lesson, term, cs.graded_lessons(Path(args.out)))
         plan = cs.plan_push(session, Path(args.out), args.course_arg, args.assignment, lesson, term)
@@ -549,21 +549,21 @@ def _canvas(args) -> int:
 
 
 def _check(args) -> int:
-    from .check import check_notebook, format_report
+    from autograder.check import check_notebook, format_report
     results, notes = check_notebook(args.notebook, from_arguments(args), course=args.course)
     print(format_report(Path(args.notebook).name, results, notes))
     return 0 if results and all(r.passed for r in results) else 1
 
 
 def _demo(args) -> int:
-    from .demo import check_demo, write_demo
+    from autograder.publishing.demo import check_demo, write_demo
     root = find_course_root(args.course)
     demo_dir = root / "autograder" / "demo"   # the course's own catalogue, also for a scratch copy
     if not (demo_dir / "catalog").is_dir():
-        from .demo import DEMO_DIR as demo_dir
+        from autograder.publishing.demo import DEMO_DIR as demo_dir
     status = 0
     if args.check_hints:
-        from .demo import check_hints, format_hint_report
+        from autograder.publishing.demo import check_hints, format_hint_report
         problems, checked = check_hints(root, demo_dir, progress=True)
         print(format_hint_report(problems, checked))
         status = 1 if problems else 0
@@ -583,7 +583,7 @@ def _demo(args) -> int:
 
 
 def _seeds(args) -> int:
-    from .seeds import run
+    from autograder.publishing.seeds import run
     return run(args)
 
 

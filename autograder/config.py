@@ -7,9 +7,9 @@ from pathlib import Path
 from traitlets.config import Config
 
 # The course root and the lessons are known in one place, autograder.course; re-exported here.
-from .course import PACKAGE_PARENT, find_course_root  # noqa: F401
-from .mistakes import MISTAKES_FILE
-from .options import GradingOptions
+from autograder.course import PACKAGE_PARENT, find_course_root  # noqa: F401
+from autograder.mistakes import MISTAKES_FILE
+from autograder.options import GradingOptions
 
 __all__ = ["CELL_TIMEOUT_S", "KERNEL_ARGS", "FEEDBACK_PREPROCESSORS", "find_course_root",
            "list_assignments", "apply_course_settings", "ensure_venv_on_path", "new_gradebook",
@@ -26,9 +26,9 @@ CELL_TIMEOUT_S = GradingOptions().cell_timeout
 # SanitizeFeedback removes what a student's markdown or outputs could run in the page.
 FEEDBACK_PREPROCESSORS = [
     "nbgrader.preprocessors.GetGrades",
-    "autograder.feedback.HideHiddenTests",
-    "autograder.feedback.ExerciseFeedback",
-    "autograder.feedback.SanitizeFeedback",
+    "autograder.reporting.feedback.HideHiddenTests",
+    "autograder.reporting.feedback.ExerciseFeedback",
+    "autograder.reporting.feedback.SanitizeFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

@@ -40,9 +40,9 @@ from pathlib import Path
 
 import nbformat
 
-from . import jail, sandbox
-from .options import GradingOptions
-from .protocol import RemoteJob, Report
+from autograder import jail, sandbox
+from autograder.options import GradingOptions
+from autograder.protocol import RemoteJob, Report
 
 try:   # the plugin's base class; without dask the module still imports (and the CLI says why)
     from distributed.diagnostics.plugin import WorkerPlugin
@@ -203,7 +203,7 @@ def run_remote(payload: dict) -> dict:
     when :data:`WORKER_DEATHS` workers already died under this submission."""
     from distributed import get_worker
 
-    from .protocol import ProtocolMismatch
+    from autograder.protocol import ProtocolMismatch
     worker = get_worker()
     try:
         job = RemoteJob.from_dict(payload)

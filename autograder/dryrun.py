@@ -36,13 +36,13 @@ import nbformat
 from mlexp.check import partial_score, printed_hints
 from mlexp.runtime import temporary_environ
 
-from .kernel_server import KernelServer
+from autograder.kernel_server import KernelServer
 
-from .calls import KernelLink
-from .cells import is_test_cell, nbgrader_meta
-from .testcell import run_test
-from .options import GradingOptions
-from .protocol import KernelReply
+from autograder.calls import KernelLink
+from autograder.cells import is_test_cell, nbgrader_meta
+from autograder.testcell import run_test
+from autograder.options import GradingOptions
+from autograder.protocol import KernelReply
 
 __all__ = ["Outcome", "needed_cells", "run_exercises"]
 

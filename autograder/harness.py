@@ -33,16 +33,16 @@ sys.modules.setdefault("rfc3987_syntax", None)
 import nbformat  # noqa: E402
 from nbclient.exceptions import DeadKernelError  # noqa: E402
 
-from . import jail, wire  # noqa: E402
-from .calls import KernelLink, StudentFunction  # noqa: E402
-from .cells import grade_id_of, is_test_cell  # noqa: E402
-from .notebook_client import (KERNEL_MODULE, NOT_RUN_ENAME, TIMEOUT_ENAME,  # noqa: E402
+from autograder import jail, wire  # noqa: E402
+from autograder.calls import KernelLink, StudentFunction  # noqa: E402
+from autograder.cells import grade_id_of, is_test_cell  # noqa: E402
+from autograder.notebook_client import (KERNEL_MODULE, NOT_RUN_ENAME, TIMEOUT_ENAME,  # noqa: E402
                               HarnessClient, KernelGone, SandboxKernelManager, StudentTimeout,
                               _error)
-from .options import GradingOptions  # noqa: E402
-from .protocol import Job, KernelRequest, Report  # noqa: E402
-from .testcell import run_test  # noqa: E402
-from .wire import WIRE_MIME  # noqa: E402
+from autograder.options import GradingOptions  # noqa: E402
+from autograder.protocol import Job, KernelRequest, Report  # noqa: E402
+from autograder.testcell import run_test  # noqa: E402
+from autograder.wire import WIRE_MIME  # noqa: E402
 
 __all__ = ["run_notebook", "is_test_cell", "run_test", "KernelLink", "StudentFunction",
            "StudentTimeout", "KernelGone", "TIMEOUT_ENAME", "NOT_RUN_ENAME", "main"]
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
     if job.parent_pid and os.getppid() != job.parent_pid:
         return 3   # the grader is already gone
     if job.sandbox:   # the kernel's sockets on a 1 MiB tmpfs, never the grader's disk
-        from .ipcfs import confine
+        from autograder.ipcfs import confine
         (Path(job.job_dir) / "ipc").mkdir(exist_ok=True)
         confine(Path(job.job_dir) / "ipc")   # one thread yet; an OSError is the grader's
     nb = nbformat.read(job.input, as_version=4)

@@ -197,7 +197,7 @@ SECCOMP_PLACEHOLDER = "SECCOMP_FD"
 def seccomp_missing() -> str:
     """Why the kernel runs without the seccomp filter of :mod:`autograder.seccomp` ("" when it
     has it): this bubblewrap has no ``--seccomp`` (before 0.3), or no table for this machine."""
-    from . import seccomp
+    from autograder import seccomp
     if not seccomp.supported():
         import platform
         return f"no seccomp filter is written for this machine ({platform.machine()})"
@@ -275,7 +275,7 @@ def probe() -> dict:
     else:
         import tempfile
 
-        from .options import GradingOptions
+        from autograder.options import GradingOptions
         with tempfile.TemporaryDirectory(prefix="autograder-probe-") as tmp:
             os.chmod(tmp, 0o711)
             ipc = Path(tmp) / "ipc"
@@ -364,7 +364,7 @@ def main(argv=None) -> int:
     uid = limits.get("uid")
     command = _stage(command, Path(limits["stage"]), uid is not None)
     if SECCOMP_PLACEHOLDER in command:   # bubblewrap reads the filter from an inherited fd
-        from .seccomp import program_fd
+        from autograder.seccomp import program_fd
         command[command.index(SECCOMP_PLACEHOLDER)] = str(program_fd())
     if uid is not None:
         os.setgroups([])

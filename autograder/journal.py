@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from .ids import folder_name
+from autograder.ids import folder_name
 
 __all__ = ["journal_path", "load_result", "save_result", "digest", "atomic_write"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mlexp.check import printed_hints
 
-from .cells import grade_id_of, is_test_cell
+from autograder.cells import grade_id_of, is_test_cell
 
 __all__ = ["MISTAKES_FILE", "NO_MATCH", "NOT_GRADED", "Mistake", "load_mistakes",
            "match_mistake", "stale_mistakes", "hint_shown", "is_test_cell", "exercise_titles"]

@@ -15,9 +15,9 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 from traitlets import Any, List
 
-from .config import KERNEL_ARGS
-from .options import GradingOptions
-from .wire import WIRE_MIME
+from autograder.config import KERNEL_ARGS
+from autograder.options import GradingOptions
+from autograder.wire import WIRE_MIME
 
 __all__ = ["SandboxKernelManager", "HarnessClient", "StudentTimeout", "KernelGone",
            "TIMEOUT_ENAME", "NOT_RUN_ENAME", "KERNEL_MODULE", "RECOVER_S"]

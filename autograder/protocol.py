@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
-from .options import GradingOptions
+from autograder.options import GradingOptions
 
 __all__ = ["VERSION", "Job", "RemoteJob", "Report", "KernelRequest", "KernelReply",
            "ProtocolMismatch"]

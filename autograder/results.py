@@ -7,7 +7,7 @@
 - :class:`Override`: one row of ``DIR/overrides.csv``, the instructor's decision (read with
   :func:`read_overrides`, which names the line of every bad row).
 - :class:`FinalGrade`: a Result turned into a grade by :func:`final_grades`, with the term's
-  late rule (autograder.term) and the overrides applied. ``report`` writes grades.csv, the
+  late rule (autograder.term.termfile) and the overrides applied. ``report`` writes grades.csv, the
   per-lesson CSVs, the feedback pages' grade box and report.html from these rows;
   ``export`` reads the same rows through :func:`load_final_grades`. Nothing here starts a kernel.
 
@@ -32,9 +32,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ids
-from .journal import atomic_write
-from .term import EMPTY_TERM, Term
+from autograder import ids
+from autograder.journal import atomic_write
+from autograder.term.termfile import EMPTY_TERM, Term
 
 __all__ = ["Result", "Status", "GRADED", "NEEDS_REVIEW", "TIMED_OUT", "REJECTED", "Override",
            "OverrideError", "OVERRIDES_FILE", "OVERRIDE_COLUMNS", "read_overrides", "FinalGrade",
@@ -48,7 +48,7 @@ OVERRIDE_COLUMNS = ["student_id", "assignment", "exercise", "points", "comment",
 TIMESTAMP_SOURCE = "nbgrader timestamp.txt"
 BLACKBOARD_SOURCE = "Blackboard attempt date"
 CANVAS_LATE_SOURCE = "unknown (Canvas marked it _LATE_, its file names carry no time)"
-# grades.csv: these, then the points of each exercise, then hints (autograder.insights).
+# grades.csv: these, then the points of each exercise, then hints (autograder.reporting.insights).
 GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "notes",
                  "raw_score", "late_penalty", "days_late", "due", "submitted_at",
                  "submitted_at_source", "override", "override_comment", "review"]
@@ -407,7 +407,7 @@ def with_worksheet_times(results: list, term: Term = None) -> list:
     term entry names a Moodle grading worksheet, takes that worksheet's "Last modified
     (submission)" for its participant id (the number the Moodle student id ends with).
     Raises ValueError / FileNotFoundError for an unreadable worksheet."""
-    from .lms import MOODLE_SOURCE, moodle_submission_times
+    from autograder.lms.layouts import MOODLE_SOURCE, moodle_submission_times
     term = term or EMPTY_TERM
     sheets, out = {}, []
     for r in results:
@@ -430,11 +430,11 @@ def load_final_grades(out, term: Term = None, root=None) -> list:
     due dates; its lessons checked against the course at ``root``, default the installed one)
     and ``out/overrides.csv``. This is what ``report`` writes and ``export`` reads.
     Raises FileNotFoundError when ``out`` holds no graded class, OverrideError, TermError."""
-    from .insights import lesson_maxima, load_results
-    from .term import remembered_term
+    from autograder.reporting.insights import lesson_maxima, load_results
+    from autograder.term.termfile import remembered_term
     results = load_results(Path(out))
     if term is None:
-        from .config import list_assignments
+        from autograder.config import list_assignments
         term = remembered_term(out, list_assignments(Path(root)) if root else None)
     return class_grades(out, results, lesson_maxima(Path(out), {r["assignment"] for r in results}),
                         term)

@@ -48,9 +48,9 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Any, Dict, Unicode
 
-from . import jail
-from .options import UNSANDBOXED_FLAG, GradingOptions
-from .protocol import Job, Report
+from autograder import jail
+from autograder.options import UNSANDBOXED_FLAG, GradingOptions
+from autograder.protocol import Job, Report
 
 __all__ = ["SandboxedExecute", "GradingRun", "LocalExecutor", "Harnesses", "run_submission",
            "isolation_notes", "check_sandbox", "SandboxUnavailable", "report_path"]
@@ -320,8 +320,8 @@ class SandboxedExecute(NbGraderPreprocessor):
                release.stat().st_mtime_ns if release is not None and release.is_file() else None)
         cache = _LESSON_CODE     # nbgrader makes this step anew for every notebook: kept per process
         if key not in cache:
-            from .cells import is_test_cell
-            from .releases import git_versions
+            from autograder.cells import is_test_cell
+            from autograder.publishing.releases import git_versions
             versions = [nbformat.read(release, as_version=4)] if key[-1] is not None else []
             if self.course_root:
                 versions += git_versions(Path(self.course_root), f"lessons/{assignment}/{notebook}.ipynb")
@@ -331,7 +331,7 @@ class SandboxedExecute(NbGraderPreprocessor):
         return cache[key]
 
     def preprocess(self, nb, resources):
-        from .audit import apply_audit, audit_notebook
+        from autograder.audit import apply_audit, audit_notebook
         options = GradingOptions(**self.options)
         data_dir = Path(resources.get("metadata", {}).get("path") or ".")
         original = nbformat.from_dict(json.loads(json.dumps(nb)))
@@ -360,8 +360,8 @@ def finish_notebook(executed, original, report=None):
     points to a test cell without an error), and so does each test cell of a notebook that never
     came back.
     """
-    from .cells import is_test_cell
-    from .notebook_client import NOT_RUN_ENAME
+    from autograder.cells import is_test_cell
+    from autograder.notebook_client import NOT_RUN_ENAME
     nb = executed if executed is not None else original
     why = "; ".join(Report.from_dict(report).review) or "the grader stopped before this test ran"
     for cell in nb.cells:

@@ -10,10 +10,10 @@ import traceback
 
 import nbformat
 
-from . import partial
-from .calls import StudentNamespace
-from .cells import nbgrader_meta
-from .notebook_client import TIMEOUT_ENAME, KernelGone, StudentTimeout, _error, _timeout_text
+from autograder import partial
+from autograder.calls import StudentNamespace
+from autograder.cells import nbgrader_meta
+from autograder.notebook_client import TIMEOUT_ENAME, KernelGone, StudentTimeout, _error, _timeout_text
 
 __all__ = ["run_test"]
 

@@ -2,7 +2,7 @@
 
 This module is the library side that lessons import (``parse_markdown`` reads a committed
 ``seeds.md``). The tool that re-runs lesson notebooks with shifted seeds lives on the command-line
-side, in ``autograder.seeds``; from the course checkout::
+side, in ``autograder.publishing.seeds``; from the course checkout::
 
     python -m autograder seeds 00_token_mixing --seeds 0 1 2 --out solutions/00_token_mixing/seeds.md
 

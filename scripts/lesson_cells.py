@@ -36,7 +36,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))          # the course module of this checkout, also when not installed
-from autograder.colab import wheel_name  # noqa: E402
+from autograder.publishing.colab import wheel_name  # noqa: E402
 from autograder.course import BRANCH, COURSE_REPO, LESSONS, PLACEHOLDER_REPO  # noqa: E402
 from mlexp.runtime import temporary_environ  # noqa: E402
 
@@ -56,7 +56,7 @@ COLAB_KEEPS = ("torch", "numpy", "matplotlib", "ipywidgets")
 SMALL_DEPS = {"tqdm": "tqdm>=4.65"}
 
 # The course file a student uploads to Colab before the course is on GitHub: a wheel of mlexp,
-# written by `python -m autograder build --colab` (autograder/colab.py); any version is found.
+# written by `python -m autograder build --colab` (autograder/publishing/colab.py); any version is found.
 COURSE_FILE_GLOB = "mlexp-*.whl"
 
 SETUP_TEMPLATE = """# Setup, the same in every lesson: make the course library `mlexp` importable.

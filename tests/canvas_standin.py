@@ -1,6 +1,6 @@
 """A stand-in Canvas on 127.0.0.1 for the canvas pull/push tests (no internet).
 
-It serves, in a thread, the endpoints autograder.canvas_sync uses, with the shapes of Canvas's
+It serves, in a thread, the endpoints autograder.term.canvas_sync uses, with the shapes of Canvas's
 REST API documentation (canvas.instructure.com/doc/api):
 
 - Courses: ``GET /api/v1/courses/:id`` -> Course ``{id, name, course_code}``.

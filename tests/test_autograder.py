@@ -9,13 +9,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.build import build, check_build
+from autograder.publishing.build import build, check_build
 from autograder.check import NotebookError, check_notebook, format_report
 from autograder.cli import main
-from autograder.collect import collect
+from autograder.intake.collect import collect
 from autograder.config import find_course_root
-from autograder.demo import generate_demo, student_notebook
-from autograder.grade import BASE_COLUMNS, format_table, grade_class
+from autograder.publishing.demo import generate_demo, student_notebook
+from autograder.grading.grade import BASE_COLUMNS, format_table, grade_class
 from autograder.options import GradingOptions
 from toy_course import (ADD_SOLUTION, ASSIGNMENT, HIDDEN_MARK, MEAN_SOLUTION, MUL_SOLUTION,
                         NOTEBOOK, make_toy_course)
@@ -247,7 +247,7 @@ def test_a_page_that_cannot_be_written_is_said_in_the_status_and_the_report(cour
     "graded: no feedback page (<notebook>: <error>)", the report lists the student under "no page",
     and the next run (nbconvert working again) writes the page and the status is plain "graded"."""
     from nbgrader.apps import NbGraderAPI
-    from autograder.report import write_class_outputs
+    from autograder.reporting.report import write_class_outputs
     lesson = nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
     path = tmp_path / "cls" / "ann" / ASSIGNMENT / NOTEBOOK
     path.parent.mkdir(parents=True)

@@ -44,7 +44,7 @@ def site(tmp_path_factory):
 
 
 def _text(page: Path) -> str:
-    from autograder.book import _Text
+    from autograder.publishing.book import _Text
     parser = _Text()
     parser.feed(page.read_text(encoding="utf-8"))
     return "".join(parser.parts)
@@ -74,8 +74,8 @@ def test_lesson_page_shows_each_exercise_and_its_visible_test(site, lesson):
 
 
 def test_site_holds_no_answer(site):
-    from autograder.book import html_text_scan
-    from autograder.publish import scan
+    from autograder.publishing.book import html_text_scan
+    from autograder.publishing.publish import scan
     assert html_text_scan(site, REPO) == []
     notebooks = sorted(site.rglob("*.ipynb"))
     assert [p.relative_to(site).as_posix() for p in notebooks] == \
@@ -86,8 +86,8 @@ def test_site_holds_no_answer(site):
 
 def test_scan_of_the_pages_finds_a_planted_solution_line(site, tmp_path):
     """The check above can fail: a solution line highlighted into spans is still found."""
-    from autograder.book import html_text_scan
-    from autograder.publish import secret_lines
+    from autograder.publishing.book import html_text_scan
+    from autograder.publishing.publish import secret_lines
     line = next(s for s, where in secret_lines(REPO).items() if "01_running_sum" in where
                 and "solution" in where and "=" in s)
     spans = "".join(f'<span class="n">{tok}</span>' for tok in re.split(r"(\s+)", line))
@@ -125,7 +125,7 @@ def test_maths_is_typeset_as_mathml(site):
 
 def test_links_point_at_the_student_edition(site):
     from autograder.course import BRANCH
-    from autograder.publish import _files
+    from autograder.publishing.publish import _files
     edition = _files(REPO, TEST_REPO, with_solutions=False)
     for lesson in LESSONS_BUILT:
         rel = f"lessons/{lesson}/{lesson}.ipynb"
@@ -197,7 +197,7 @@ def test_book_in_a_browser_with_the_network_blocked(site):
 def test_self_study_edition_folds_the_worked_solutions(site, tmp_path):
     """--with-solutions adds each worked solution (found by the default edition's scan, so that
     scan would catch one), never a hidden test; the lessons come from the cache."""
-    from autograder.book import html_text_scan
+    from autograder.publishing.book import html_text_scan
     from autograder.cli import main
     out = tmp_path / "self-study"
     assert main(["--course", str(REPO), "book", str(out), "--size", "grading", "--repo", TEST_REPO,
@@ -212,7 +212,7 @@ def test_self_study_edition_folds_the_worked_solutions(site, tmp_path):
 
 
 def test_a_lesson_that_raises_stops_the_build_naming_the_cell(tmp_path):
-    from autograder.book import BookError, _execute
+    from autograder.publishing.book import BookError, _execute
     lesson = "04_hybrid_kv_cache"
     nb = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
     nb.cells = nb.cells[:3] + [nbformat.v4.new_code_cell("# the broken cell\nraise ValueError('planted failure')")]

@@ -64,7 +64,7 @@ def _require_browser():
 
 def _all_correct_notebooks() -> dict:
     """lesson id -> the demo notebook of its all-correct student (every exercise answered)."""
-    from autograder.demo import DEMO_DIR, load_catalog
+    from autograder.publishing.demo import DEMO_DIR, load_catalog
 
     found = {}
     for lesson_id, cat in load_catalog().items():

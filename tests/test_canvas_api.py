@@ -14,11 +14,11 @@ import sys
 import nbformat
 import pytest
 
-import autograder.canvas as canvas_mod
-from autograder.build import build
+import autograder.lms.canvas_api as canvas_mod
+from autograder.publishing.build import build
 from autograder.cli import main
-from autograder.demo import student_notebook
-from autograder.grade import Grader, grade_class
+from autograder.publishing.demo import student_notebook
+from autograder.grading.grade import Grader, grade_class
 from canvas_standin import StandIn
 from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, make_toy_course
 
@@ -103,13 +103,13 @@ def term_class(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CANVAS_TOKEN", TOKEN)
         mp.setattr(canvas_mod, "BACKOFF_S", 0.01)
-        mp.setattr("autograder.grade.Grader.grade", fake_grade)
+        mp.setattr("autograder.grading.grade.Grader.grade", fake_grade)
         mp.chdir(course)
         outputs = []
         code = run_cli(outputs, ["canvas", "pull", str(COURSE), str(AID), "--out",
                                  str(tmp / "pulled"), "--url", standin.url, "--term", str(term)])
         assert code == 0, outputs
-        from autograder.term import load_term
+        from autograder.term.termfile import load_term
         results = grade_class(course, tmp / "pulled", tmp / "graded", progress=False,
                               term=load_term(term, {ASSIGNMENT}))
         yield {"course": course, "standin": standin, "tmp": tmp, "term": term, "mp": mp,
@@ -327,7 +327,7 @@ def test_without_the_extra_the_commands_say_how_to_install(term_class, monkeypat
 
 
 def test_canvas_address_must_be_https_except_to_this_machine():
-    from autograder.canvas import CanvasError, Session
+    from autograder.lms.canvas_api import CanvasError, Session
     with pytest.raises(CanvasError, match="https://"):
         Session("http://canvas.example.edu", TOKEN)
     with pytest.raises(CanvasError, match="CANVAS_URL"):
@@ -338,7 +338,7 @@ def test_canvas_address_must_be_https_except_to_this_machine():
 @pytest.mark.slow
 def test_three_pulled_students_graded_by_their_kernels_and_pushed(term_class, tmp_path, monkeypatch):
     """The same loop with grade's own kernels: what pull writes grades as any folder does."""
-    monkeypatch.setattr("autograder.grade.Grader.grade", REAL_GRADE)
+    monkeypatch.setattr("autograder.grading.grade.Grader.grade", REAL_GRADE)
     course = term_class["course"]
     s = StandIn(TOKEN, COURSE).start()
     try:

@@ -16,13 +16,13 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from autograder.cli import main, summary_lines
 from autograder.config import FEEDBACK_PREPROCESSORS, list_assignments, use_feedback_template
-from autograder.demo import load_catalog, student_notebook
-from autograder.grade import BASE_COLUMNS, Result, grade_class
-from autograder.insights import INSIGHT_COLUMNS
+from autograder.publishing.demo import load_catalog, student_notebook
+from autograder.grading.grade import BASE_COLUMNS, Result, grade_class
+from autograder.reporting.insights import INSIGHT_COLUMNS
 from autograder.mistakes import (NO_MATCH, NOT_GRADED, Mistake, exercise_titles, hint_shown,
                                  load_mistakes, match_mistake, stale_mistakes)
 from autograder.options import GradingOptions
-from autograder.similarity import similar_pairs
+from autograder.reporting.similarity import similar_pairs
 from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, make_toy_course
 
 REPO = Path(__file__).resolve().parent.parent
@@ -278,7 +278,7 @@ def write_toy_class(course: Path, dest: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def toy_graded(tmp_path_factory):
-    from autograder.build import build
+    from autograder.publishing.build import build
     course = make_toy_course(tmp_path_factory.mktemp("course"))
     (course / "solutions" / ASSIGNMENT / "mistakes.json").write_text(json.dumps(TOY_MISTAKES))
     build(course)

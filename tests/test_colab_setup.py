@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import colab as build_colab
+from autograder.publishing import colab as build_colab
 from autograder.cli import main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import pytest
 
 from autograder import course
 from autograder.cli import main
-from autograder.colab import build_wheel, wheel_name
+from autograder.publishing.colab import build_wheel, wheel_name
 from autograder.config import find_course_root, list_assignments
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ def test_the_lessons_are_the_solution_folders_and_nobody_keeps_a_copy():
         assert lesson.title and lesson.minutes > 0 and lesson.heavy
     assert _lesson_cells(REPO).LESSONS is course.LESSONS
     assert find_course_root(REPO) == REPO
-    from autograder import seeds as runner
+    from autograder.publishing import seeds as runner
     assert runner.find_course_root is course.find_course_root
 
 
@@ -78,7 +78,7 @@ def test_the_course_file_is_a_wheel_pip_understands(tmp_path):
 def test_the_course_file_carries_every_seed_table_and_find_table_reads_it(tmp_path, monkeypatch):
     """On Colab a lesson has no lessons/<id>/seeds.md beside it: the course file carries them."""
     import mlexp.seeds
-    from autograder.colab import TABLES_IN_PACKAGE
+    from autograder.publishing.colab import TABLES_IN_PACKAGE
     assert TABLES_IN_PACKAGE == mlexp.seeds.TABLES_IN_PACKAGE
     tables = sorted((REPO / "lessons").glob("*/seeds.md"))
     assert {p.parent.name for p in tables} >= {"00_token_mixing", "02_fixed_state_recall",

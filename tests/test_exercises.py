@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from answer_scan import expected_values, leaks
-from autograder.demo import load_catalog
+from autograder.publishing.demo import load_catalog
 from exercise_runner import (blank_answers, names_from_test_cells, run_lesson, solution_answers,
                              solution_notebook, points_per_test, is_test, grade_meta)
 

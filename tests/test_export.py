@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder import lms
+from autograder.lms import layouts as lms
 from autograder.cli import main
-from autograder.export import ExportError, export_gradebook, format_export, read_table, term_for
-from autograder.feedback import _GRADE_BOX
-from autograder.grade import Result, write_csv
+from autograder.term.export import ExportError, export_gradebook, format_export, read_table, term_for
+from autograder.reporting.feedback import _GRADE_BOX
+from autograder.grading.grade import Result, write_csv
 from autograder.ids import FORMULA_PREFIXES, folder_name
 
 TERM = """
@@ -340,7 +340,7 @@ def test_export_holds_back_what_no_one_decided(tmp_path, capsys):
 def test_without_term_the_recorded_term_file_is_used_whole(canvas, tmp_path, capsys):
     """DIR/term-file.txt (written by grade/report --term) gives the late rules and the
     lms_column alike: export without --term fills what export with that --term fills."""
-    from autograder.term import TERM_RECORD
+    from autograder.term.termfile import TERM_RECORD
     out, book, _, _ = canvas
     term = tmp_path / "recorded.toml"
     term.write_text(TERM.format(c1="01 Running sum (1234)", c2="(1235)"))
@@ -590,9 +590,9 @@ GRADED_ZIPS = {
 def test_a_graded_lms_zip_goes_back_into_its_gradebook(tmp_path, lms_name):
     import nbformat
 
-    from autograder.build import build
-    from autograder.demo import student_notebook
-    from autograder.grade import grade_class
+    from autograder.publishing.build import build
+    from autograder.publishing.demo import student_notebook
+    from autograder.grading.grade import grade_class
     from autograder.options import GradingOptions
     from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, make_toy_course
 
@@ -651,7 +651,7 @@ def test_moodle_worksheets_in_german_french_and_spanish(tmp_path, lang):
     read in the worksheet's language, an all-number date day first (5/10 is 5 October)."""
     import datetime as dt
 
-    from autograder.lms import moodle_submission_times
+    from autograder.lms.layouts import moodle_submission_times
     head, who, yes, no, words, numbers = MOODLE_LANGS[lang]
     sheet = head + (f'{who} 1001;Ann Smith;a@x.edu;-;;10,00;{yes};"{words}";-;\n'
                     f'{who} 1002;Bo Li;b@x.edu;-;;10,00;{no};{numbers};-;\n'
@@ -675,7 +675,7 @@ def test_moodle_worksheets_in_german_french_and_spanish(tmp_path, lang):
 def test_moodle_english_worksheet_dates_read_as_before(tmp_path):
     import datetime as dt
 
-    from autograder.lms import moodle_submission_times
+    from autograder.lms.layouts import moodle_submission_times
     sheet = tmp_path / "w.csv"
     sheet.write_text(MOODLE)
     times = moodle_submission_times(sheet, dt.timezone.utc)

@@ -29,7 +29,7 @@ def test_the_time_estimate_names_the_jobs_of_this_run(capsys, jobs, shown):
 
 @pytest.mark.parametrize("with_solutions", [False, True])
 def test_publish_says_what_its_scan_checked(monkeypatch, capsys, tmp_path, with_solutions):
-    from autograder import publish
+    from autograder.publishing import publish
     from autograder.course import PLACEHOLDER_REPO
     got = {}
 
@@ -53,7 +53,7 @@ def test_the_readme_gives_the_demo_class_size_and_the_estimate_grade_prints(monk
     import re
     from pathlib import Path
 
-    from autograder.demo import load_catalog
+    from autograder.publishing.demo import load_catalog
     repo = Path(__file__).resolve().parent.parent
     readme = (repo / "README.md").read_text()
     total = sum(len(c["students"]) for c in load_catalog().values())

@@ -14,9 +14,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from autograder.build import build
-from autograder.demo import student_notebook
-from autograder.grade import grade_class
+from autograder.publishing.build import build
+from autograder.publishing.demo import student_notebook
+from autograder.grading.grade import grade_class
 from autograder.options import GradingOptions
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, SCREENSHOTS, _require_browser
 from toy_course import ADD_SOLUTION, ASSIGNMENT, MUL_SOLUTION, NOTEBOOK, make_toy_course

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.demo import check_hints, format_hint_report, load_catalog, sample_students
+from autograder.publishing.demo import check_hints, format_hint_report, load_catalog, sample_students
 
 REPO = Path(__file__).resolve().parent.parent
 LESSON = "01_running_sum"          # the lesson whose exercises the scratch copies change
@@ -158,7 +158,7 @@ def test_grade_says_what_it_grades_and_how_long_before_it_starts(capsys):
 def test_check_hints_names_a_hint_the_report_files_under_another_mistake():
     """A drawn hint is not enough: the class report must file it under the student's mistake id
     (the longest catalogued piece wins, so a shorter, more general piece can lose)."""
-    from autograder.demo import _compare
+    from autograder.publishing.demo import _compare
     from autograder.dryrun import Outcome
     from autograder.mistakes import Mistake
     error = "AssertionError: Hint: the gradient holds NaN: exp was taken above the diagonal (inf there)."

@@ -25,12 +25,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.build import build
+from autograder.publishing.build import build
 from autograder.check import check_notebook
-from autograder.collect import collect
-from autograder.grade import grade_class
+from autograder.intake.collect import collect
+from autograder.grading.grade import grade_class
 from autograder.options import GradingOptions
-from autograder.repair import normalise_name
+from autograder.intake.repair import normalise_name
 from autograder.sandbox import run_submission
 from toy_course import ASSIGNMENT, HIDDEN_MARK, NOTEBOOK, make_toy_course
 
@@ -274,7 +274,7 @@ def test_rerun_is_idempotent_and_force_regrades_one(graded_corpus, tmp_path):
 
 def test_repair_notes_without_running(course):
     """The repairs alone, fast: each kind's notes name what was repaired."""
-    from autograder.repair import SubmissionRejected, read_notebook_text, repair_notebook
+    from autograder.intake.repair import SubmissionRejected, read_notebook_text, repair_notebook
     toy, _ = lessons(course)
     sources = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nbformat.read(
         course / "solutions" / ASSIGNMENT / NOTEBOOK, as_version=4).cells

@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.repair import read_notebook_text, repair_notebook
+from autograder.intake.repair import read_notebook_text, repair_notebook
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent / "corpus"))
@@ -193,7 +193,7 @@ def test_marker_words_in_a_student_cell_neither_break_nor_hide(comment):
 
 
 def test_a_test_cell_region_without_end_is_removed_to_the_end():
-    from autograder.feedback import HideHiddenTests
+    from autograder.reporting.feedback import HideHiddenTests
     cell = nbformat.v4.new_code_cell("assert f(1) == 1\n### BEGIN HIDDEN TESTS\nassert f(2) == 9",
                                      metadata={"nbgrader": {"grade": True, "solution": False,
                                                             "grade_id": "t", "points": 1}})
@@ -395,7 +395,7 @@ def test_autograder_check_escapes_a_hostile_exception_message(tmp_path):
     """The real `autograder check` of a toy notebook whose answers raise with escape codes: the
     terminal gets escapes as text, the FAIL rows and the real summary line."""
     import subprocess
-    from autograder.build import build
+    from autograder.publishing.build import build
     from toy_course import ASSIGNMENT, NOTEBOOK, make_toy_course
     course = make_toy_course(tmp_path / "course")
     build(course)

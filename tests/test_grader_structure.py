@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import grader_layout
+
 PACKAGE = Path(__file__).resolve().parent.parent / "autograder"
 MAX_LINES = 400
 # What may look mutable at module level in the execution path, and why it is not grading state.
@@ -29,40 +31,19 @@ def core_files() -> list:
     """The files of autograder/README.md's map of the execution core."""
     text = (PACKAGE / "README.md").read_text()
     table = text.split("## Which file owns what", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^\| `(\w+\.py)` \|", table, flags=re.M)
+    return re.findall(r"^\| `([\w/]+\.py)` \|", table, flags=re.M)
 
 
 def module_imports(path: Path) -> set:
-    """The autograder modules ``path`` imports when it is imported (not those imported inside
-    a function or a class)."""
-    found = set()
-
-    def visit(nodes):
-        for node in nodes:
-            if isinstance(node, ast.Import):
-                found.update(a.name.split(".")[1] for a in node.names
-                             if a.name.startswith("autograder."))
-            elif isinstance(node, ast.ImportFrom):
-                absolute = node.level == 0 and (node.module or "").startswith("autograder")
-                if node.level == 1 or absolute:
-                    parts = (node.module or "").split(".")[1 if absolute else 0:]
-                    if parts and parts[0]:
-                        found.add(parts[0])
-                    else:   # from . import a, b
-                        found.update(a.name for a in node.names)
-            elif isinstance(node, (ast.If, ast.Try)):   # guarded imports run at import too
-                visit(node.body)
-                visit(getattr(node, "orelse", []))
-                for handler in getattr(node, "handlers", []):
-                    visit(handler.body)
-                visit(getattr(node, "finalbody", []))
-    visit(ast.parse(path.read_text()).body)
-    return {m for m in found if (PACKAGE / f"{m}.py").is_file()} - {path.stem}
+    """The autograder modules ``path`` imports (anywhere in the file), as paths relative to the
+    package with no suffix (``engine/sandbox``); see tests/grader_layout.py."""
+    return {target for target, _lazy in grader_layout.imports_of(path, PACKAGE)}
 
 
 def test_the_map_names_the_core_and_each_file_is_short():
     files = core_files()
-    assert {"grade.py", "wire.py", "sandbox.py", "harness.py", "protocol.py"} <= set(files), files
+    assert {"grading/grade.py", "engine/kernel/wire.py", "engine/sandbox.py", "engine/harness.py",
+            "engine/protocol.py"} <= set(files), files
     long = {}
     for name in files:
         assert (PACKAGE / name).is_file(), f"autograder/README.md names {name}, which is gone"
@@ -73,20 +54,7 @@ def test_the_map_names_the_core_and_each_file_is_short():
 
 
 def test_the_graders_modules_import_each_other_without_a_cycle():
-    graph = {p.stem: module_imports(p) for p in sorted(PACKAGE.glob("*.py"))}
-    state, cycles = {}, []
-
-    def walk(node, path):
-        state[node] = "open"
-        for dep in sorted(graph.get(node, ())):
-            if state.get(dep) == "open":
-                cycles.append(" -> ".join(path[path.index(dep):] + [dep]))
-            elif dep not in state:
-                walk(dep, path + [dep])
-        state[node] = "done"
-    for node in graph:
-        if node not in state:
-            walk(node, [node])
+    cycles = grader_layout.cycles(grader_layout.graph(PACKAGE))
     assert not cycles, "import cycles among autograder's modules:\n" + "\n".join(cycles)
 
 
@@ -128,8 +96,8 @@ def mutable_state(path: Path) -> list:
 
 
 EXECUTION_PATH = ["sandbox", "harness", "calls", "notebook_client", "testcell", "kernel_server",
-                  "wire", "wire_format", "wire_encode", "wire_decode", "protocol", "jail", "grade",
-                  "autograde", "releases", "distributed", "ipcfs", "seccomp", "cells"]
+                  "wire", "wire_format", "wire_encode", "wire_decode", "protocol", "jail", "grading/grade",
+                  "autograde", "publishing/releases", "distributed", "ipcfs", "seccomp", "cells"]
 
 
 def test_the_execution_path_keeps_no_mutable_state_at_module_level():

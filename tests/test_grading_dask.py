@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.build import build
+from autograder.publishing.build import build
 from autograder.distributed import (ClusterError, DaskExecutor, _pack, _write_files, check_worker,
                                     environment)
 from autograder.options import GradingOptions
@@ -51,7 +51,7 @@ READS_FILES = ("from pathlib import Path\n"
 
 def test_without_dask_the_grader_imports_and_says_what_to_install():
     code = ("import sys; sys.modules['distributed'] = None\n"
-            "import autograder, autograder.cli, autograder.grade, autograder.distributed as d\n"
+            "import autograder, autograder.cli, autograder.grading.grade, autograder.distributed as d\n"
             "from autograder.options import GradingOptions\n"
             "try:\n    d.DaskExecutor('tcp://127.0.0.1:1', GradingOptions())\n"
             "except d.ClusterError as exc:\n    print(exc)\n")

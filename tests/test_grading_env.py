@@ -19,9 +19,9 @@ from nbgrader.converters import Autograde
 
 from autograder import sandbox
 from autograder.autograde import SandboxedAutograde
-from autograder.build import build
-from autograder.demo import student_notebook
-from autograder.grade import grade_class
+from autograder.publishing.build import build
+from autograder.publishing.demo import student_notebook
+from autograder.grading.grade import grade_class
 from autograder.options import GradingOptions
 from autograder.protocol import Report
 from toy_course import ADD_SOLUTION, ASSIGNMENT, NOTEBOOK, make_toy_course

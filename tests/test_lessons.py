@@ -22,10 +22,10 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder.check import check_notebook
-from autograder.collect import collect
+from autograder.intake.collect import collect
 from autograder.config import KERNEL_ARGS, list_assignments
-from autograder.demo import load_catalog
-from autograder.grade import BASE_COLUMNS, DEMO_SUBMISSIONS
+from autograder.publishing.demo import load_catalog
+from autograder.grading.grade import BASE_COLUMNS, DEMO_SUBMISSIONS
 from mlexp.check import printed_hints
 
 REPO = Path(__file__).resolve().parent.parent

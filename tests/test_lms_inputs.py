@@ -22,16 +22,16 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from autograder import collect as collect_mod
-from autograder.build import build
-from autograder.collect import DATA_FILE_BYTES, LINK, choose_notebook, collect
+from autograder.intake import collect as collect_mod
+from autograder.publishing.build import build
+from autograder.intake.collect import DATA_FILE_BYTES, LINK, choose_notebook, collect
 from autograder.config import FEEDBACK_PREPROCESSORS
-from autograder.demo import student_notebook
-from autograder.grade import Result, _prepare, format_table, grade_class, write_csv
+from autograder.publishing.demo import student_notebook
+from autograder.grading.grade import Result, _prepare, format_table, grade_class, write_csv
 from autograder.options import GradingOptions
 from autograder.ids import (FORMULA_PREFIXES, folder_name, internal_id, internal_ids, printable,
                             spreadsheet_safe)
-from autograder.repair import SubmissionRejected, read_notebook_text
+from autograder.intake.repair import SubmissionRejected, read_notebook_text
 from toy_course import (ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK,
                         make_toy_course)
 
@@ -165,7 +165,7 @@ def unsafe(page: str, baseline: _Page) -> list:
     got, problems = parse(page), []
     problems += [f"script {s}" for s in got.scripts if s not in baseline.scripts]
     counts = lambda p, t: sum(tag == t for tag, _ in p.elements)  # noqa: E731
-    # <math> is allowed: the page's own MathML (autograder.feedback.tex_to_mathml), whose
+    # <math> is allowed: the page's own MathML (autograder.reporting.feedback.tex_to_mathml), whose
     # attributes are checked below like any other element's.
     for tag in ("iframe", "object", "embed", "frame", "base", "form", "meta", "link", "svg",
                 "style", "input", "button"):

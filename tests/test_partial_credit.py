@@ -11,10 +11,10 @@ import ast
 import nbformat
 import pytest
 
-from autograder.build import build, check_test_cells
+from autograder.publishing.build import build, check_test_cells
 from autograder.cli import main
-from autograder.demo import student_notebook
-from autograder.grade import grade_class
+from autograder.publishing.demo import student_notebook
+from autograder.grading.grade import grade_class
 from autograder.options import GradingOptions
 from autograder.partial import credit, last_expression_problems, student_derived
 from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, \
@@ -156,7 +156,7 @@ def test_a_partial_test_shows_the_hints_it_printed():
     (after the points it gave) and the self-check's FAIL line; a full score shows none."""
     from nbformat.v4 import new_code_cell, new_output
 
-    from autograder.feedback import ExerciseFeedback
+    from autograder.reporting.feedback import ExerciseFeedback
     from autograder.mistakes import hint_shown
     from mlexp.check import printed_hints, result_of
 

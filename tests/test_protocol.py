@@ -55,7 +55,7 @@ def test_kernel_requests_and_replies():
 def test_every_option_is_a_flag_and_the_size_limit_is_no_setting_of_a_run():
     import argparse
 
-    from autograder.collect import DEFAULT_MAX_BYTES
+    from autograder.intake.collect import DEFAULT_MAX_BYTES
     from autograder.options import add_arguments, from_arguments
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -1,6 +1,6 @@
 """The student edition (`python -m autograder publish`) and the course file hold no answer.
 
-The scan (autograder.publish.scan) looks for every whole line of a solution cell or a hidden test
+The scan (autograder.publishing.publish.scan) looks for every whole line of a solution cell or a hidden test
 of solutions/ that the released lessons and mlexp do not hold anyway, mistake catalogues, demo
 notebooks and the grader's code, in every file, zips and wheels included. It is first shown to
 find each kind when planted, then run on the edition and the course file.
@@ -19,9 +19,9 @@ import nbformat
 import pytest
 
 from autograder.cli import main
-from autograder.colab import build_wheel
+from autograder.publishing.colab import build_wheel
 from autograder.course import LESSONS
-from autograder.publish import EDITION_MARKER, PublishError, publish, scan, secret_lines
+from autograder.publishing.publish import EDITION_MARKER, PublishError, publish, scan, secret_lines
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_REPO = "test-owner/test-course"

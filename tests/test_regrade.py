@@ -1,10 +1,10 @@
 """Regrading into the same DIR after the lesson changed: a test added, one reworded, one removed.
 
 nbgrader refuses to change the cells of an assignment that has submissions; the grader brings
-the gradebook up to date instead (autograder.releases.forget_assignments), grades every
+the gradebook up to date instead (autograder.publishing.releases.forget_assignments), grades every
 submission of the changed lesson again (its digest holds the lesson's content) and tells a
 student whose notebook predates the change so, instead of saying they deleted or edited a test
-(autograder.repair with the lesson's release history).
+(autograder.intake.repair with the lesson's release history).
 """
 import csv
 import subprocess
@@ -12,11 +12,11 @@ import subprocess
 import nbformat
 import pytest
 
-from autograder.build import build
-from autograder.demo import student_notebook
-from autograder.grade import grade_class
+from autograder.publishing.build import build
+from autograder.publishing.demo import student_notebook
+from autograder.grading.grade import grade_class
 from autograder.options import GradingOptions
-from autograder.repair import release_cells, repair_notebook
+from autograder.intake.repair import release_cells, repair_notebook
 from toy_course import (ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, _test,
                         make_toy_course)
 

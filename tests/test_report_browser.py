@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from autograder.grade import BASE_COLUMNS, DEMO_SUBMISSIONS
+from autograder.grading.grade import BASE_COLUMNS, DEMO_SUBMISSIONS
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, REPO, SCREENSHOTS, _require_browser
 
 pytestmark = pytest.mark.slow

@@ -85,8 +85,8 @@ def test_at_j2_a_student_who_fills_its_space_breaks_no_neighbour(tmp_path, tmpdi
     """The filler and an honest student at -j 2: both keep their honest 6/6. Then a failure of
     the grader's own (the harness dies twice for the honest one's new submission) is retry: true,
     and the next run grades it again, while the other result is kept."""
-    from autograder.build import build
-    from autograder.grade import grade_class
+    from autograder.publishing.build import build
+    from autograder.grading.grade import grade_class
     from toy_course import make_toy_course
     course = make_toy_course(tmp_path / "course")
     build(course)

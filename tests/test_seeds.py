@@ -88,7 +88,7 @@ def test_run_notebook_shifts_the_seed_and_collects_results(tmp_path):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, lesson / "99_fake.ipynb")
     out = tmp_path / "table.md"
-    from autograder import seeds as runner
+    from autograder.publishing import seeds as runner
     code = runner.main(["99", "--seeds", "0", "2", "--course", str(tmp_path), "--out", str(out), "--no-progress"])
     assert code == 0
     row = {(r["result"], r["number"]): r for r in parse_markdown(out.read_text())["99_fake"]}
@@ -105,10 +105,10 @@ def test_parse_keys_with_a_slash():
 
 
 def test_the_old_command_points_at_the_runner_and_the_library_never_imports_the_grader(capsys):
-    """`python -m mlexp.seeds` says where the runner is (autograder.seeds) and runs nothing; no
+    """`python -m mlexp.seeds` says where the runner is (autograder.publishing.seeds) and runs nothing; no
     module of mlexp imports autograder (the student edition has no grader)."""
     import ast
-    from autograder import seeds as runner
+    from autograder.publishing import seeds as runner
     assert seeds.main(["06_recall_per_byte", "--seeds", "0", "1"]) == 2
     err = capsys.readouterr().err
     assert "python -m autograder seeds 06_recall_per_byte --seeds 0 1" in err
@@ -131,7 +131,7 @@ def _solution_cell(source):
 
 
 def test_answer_results_are_printed_by_a_solution_cell_or_from_an_answer():
-    from autograder.seeds import answer_results
+    from autograder.publishing.seeds import answer_results
     nb = new_notebook(cells=[
         new_code_cell("SEED = 0\nT = 8\nprint(f'RESULT setup T={T}')"),
         _solution_cell("def reach(L, k):\n    return 1 + L * (k - 1)\nT = 8\nans = reach(2, 4)\n"
@@ -144,7 +144,7 @@ def test_answer_results_are_printed_by_a_solution_cell_or_from_an_answer():
 
 
 def test_student_table_drops_answer_rows_and_says_so():
-    from autograder.seeds import student_table
+    from autograder.publishing.seeds import student_table
     table = format_markdown({"L": aggregate({0: result_lines("RESULT kept a=1\nRESULT ans b=2")})}, [0])
     out = student_table(table, ["ans"])
     assert "| kept | a |" in out and "| ans |" not in out and "left out of this copy" in out and "(ans)" in out
@@ -156,7 +156,7 @@ def test_student_table_drops_answer_rows_and_says_so():
 def test_released_seed_table_holds_no_answer_rows(lesson):
     """lessons/<id>/seeds.md (the student's, also inside the course file) is the instructor's table
     without the rows computed from exercise answers, and with every other row."""
-    from autograder.seeds import answer_results
+    from autograder.publishing.seeds import answer_results
     hidden = {n for nb in (REPO / "solutions" / lesson).glob("*.ipynb") for n in answer_results(nbformat.read(nb, 4))}
     full = parse_markdown((REPO / "solutions" / lesson / "seeds.md").read_text())
     student = parse_markdown((REPO / "lessons" / lesson / "seeds.md").read_text())

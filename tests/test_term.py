@@ -14,11 +14,11 @@ import nbformat
 import pytest
 
 from autograder.cli import main
-from autograder.grade import SANDBOX_PREPROCESSORS, grade_class
+from autograder.grading.grade import SANDBOX_PREPROCESSORS, grade_class
 from autograder.results import (GRADE_COLUMNS, NEEDS_REVIEW, OVERRIDE_COLUMNS, Override,
                                 OverrideError, Result, Status, final_grades, late_penalty,
                                 load_final_grades, read_overrides)
-from autograder.term import load_term
+from autograder.term.termfile import load_term
 from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, make_toy_course
 
 UTC = dt.timezone.utc
@@ -156,7 +156,7 @@ def test_an_unknown_canvas_time_reads_once_and_one_point_is_singular(tmp_path):
 
 
 def test_a_bad_timezone_is_a_clear_error(tmp_path):
-    from autograder.term import TermError
+    from autograder.term.termfile import TermError
     path = tmp_path / "t.toml"
     path.write_text('timezone = "Mars/Olympus"\n')
     with pytest.raises(TermError, match="not a time zone name"):
@@ -169,8 +169,8 @@ NB = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
 
 def submission_times(source: Path, tmp_path: Path) -> dict:
     """student -> (submitted_at, source) as grade records them, from collect alone."""
-    from autograder.collect import choose_notebook, collect
-    from autograder.grade import _submitted_at
+    from autograder.intake.collect import choose_notebook, collect
+    from autograder.grading.grade import _submitted_at
     subs = collect(source, [ASSIGNMENT], tmp_path / "unpacked", NAMES)
     return {s.student: _submitted_at(s, choose_notebook(s, NOTEBOOK, True, [])) for s in subs}
 
@@ -307,8 +307,8 @@ def read_rows(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def term_class(tmp_path_factory):
-    from autograder.build import build
-    from autograder.demo import student_notebook
+    from autograder.publishing.build import build
+    from autograder.publishing.demo import student_notebook
     course = make_toy_course(tmp_path_factory.mktemp("course"))
     build(course)
     lesson = nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
@@ -335,7 +335,8 @@ def no_kernel(monkeypatch):
     import jupyter_client
     from nbgrader.apps import NbGraderAPI
 
-    from autograder import grade, sandbox
+    from autograder import sandbox
+    from autograder.grading import grade
 
     def refuse(*args, **kwargs):
         raise AssertionError("a kernel was started")
@@ -432,10 +433,10 @@ def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_clas
     assert float(rows["eve_review"]["score"]) == 5 and rows["cat_extension"]["score"] == cat["score"]
 
 
-def test_the_readme_term_example_is_a_valid_term_file(tmp_path):
+def test_the_instructors_guide_term_example_is_a_valid_term_file(tmp_path):
     import re
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = text[text.index("### A term: due dates, extensions, overrides"):]
+    text = (Path(__file__).resolve().parent.parent / "docs" / "instructors.md").read_text()
+    section = text[text.index("## A term: due dates, extensions, overrides"):]
     section = section[:section.index("\n## ")]
     path = tmp_path / "term.toml"
     path.write_text(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
@@ -447,7 +448,7 @@ def test_the_readme_term_example_is_a_valid_term_file(tmp_path):
 
 
 def test_the_grade_box_is_placed_replaced_escaped_and_removed(tmp_path, tmp_path_factory):
-    from autograder.feedback import GRADE_BOX_START, write_grade_boxes
+    from autograder.reporting.feedback import GRADE_BOX_START, write_grade_boxes
     page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
     page.parent.mkdir(parents=True)
     page.write_text("<html><body><h4>toy (Score: 6 / 6)</h4><p>cells</p></body></html>")
@@ -471,8 +472,8 @@ def test_the_grade_box_is_placed_replaced_escaped_and_removed(tmp_path, tmp_path
 def test_one_folder_holds_every_lesson_graded_into_it(tmp_path):
     """Grading lesson B into the folder that holds lesson A keeps A: grades.csv, class.json,
     report and overrides see both; grading A again replaces A's entries only."""
-    from autograder.build import build
-    from autograder.demo import student_notebook
+    from autograder.publishing.build import build
+    from autograder.publishing.demo import student_notebook
     from autograder.results import load_final_grades
     course = make_toy_course(tmp_path / "course")
     second = "toy_two"
@@ -515,7 +516,7 @@ def test_extension_warnings_name_only_lessons_graded_in_the_folder():
     folder's, never a warning; one whose id has no row of a lesson graded here is."""
     from types import SimpleNamespace
 
-    from autograder.report import unknown_extensions
+    from autograder.reporting.report import unknown_extensions
     when = dt.datetime(2026, 10, 1)
     term = SimpleNamespace(extensions={"ann": {"01_running_sum": when, "04_hybrid_kv_cache": when},
                                        "an_typo": {"01_running_sum": when},
@@ -530,7 +531,7 @@ def test_extension_warnings_name_only_lessons_graded_in_the_folder():
 def test_one_score_on_the_page_and_overrides_on_their_rows(tmp_path):
     """The page as the template marks its scores: with a box, nbgrader's tests-only heading score
     goes and an overridden exercise shows the override; without one, the tests' scores return."""
-    from autograder.feedback import write_grade_boxes
+    from autograder.reporting.feedback import write_grade_boxes
     page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
     page.parent.mkdir(parents=True)
     graded = ('<html><body><h4>toy.ipynb <span class="mlexp-tests-score" data-tests="(Score: 3.0 / 6.0)">'
@@ -554,7 +555,7 @@ def test_the_page_sent_to_the_lms_heads_with_the_gradebooks_grade(tmp_path):
     """The feedback zip's page says the grade the gradebook cell holds, on that column's scale, at
     the top; the lesson's points and the box's other lines stay under it; with no box, one is
     made and nbgrader's tests-only heading score goes, so the page shows one grade."""
-    from autograder.feedback import GRADE_BOX_START, gradebook_page, write_grade_boxes
+    from autograder.reporting.feedback import GRADE_BOX_START, gradebook_page, write_grade_boxes
     page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
     page.parent.mkdir(parents=True)
     graded = ('<html><body><h4>toy.ipynb <span class="mlexp-tests-score" data-tests="(Score: 3.0 / 6.0)">'

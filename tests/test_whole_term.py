@@ -121,7 +121,7 @@ def blackboard_zip(path, lesson, released):
 
 
 def student_notebook(released, answers):
-    from autograder.demo import student_notebook as fill
+    from autograder.publishing.demo import student_notebook as fill
     return fill(released, answers)
 
 
@@ -180,7 +180,7 @@ def read_rows(path, delimiter=",", encoding="utf-8-sig"):
 
 
 def test_a_whole_term_in_one_folder_reaches_three_gradebooks(tmp_path, capsys):
-    from autograder.build import build
+    from autograder.publishing.build import build
     course = make_toy_course(tmp_path / "course")
     for lesson in LESSONS:
         (course / "solutions" / lesson).mkdir()

@@ -29,14 +29,14 @@ import string
 import zipfile
 from pathlib import Path
 
-from .cells import is_solution
-from .course import BRANCH, COURSE_REPO, LESSONS, PLACEHOLDER_REPO, validate_repo
-from .mistakes import MISTAKES_FILE
+from autograder.cells import is_solution
+from autograder.course import BRANCH, COURSE_REPO, LESSONS, PLACEHOLDER_REPO, validate_repo
+from autograder.mistakes import MISTAKES_FILE
 
 __all__ = ["PublishError", "EDITION_MARKER", "publish", "scan", "secret_lines", "grader_lines"]
 
 EDITION_MARKER = ".course-edition.json"
-TEMPLATES = Path(__file__).resolve().parent / "templates" / "student"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "student"
 MIN_LINE = 16          # shorter lines (``return out``, ``x = x + 1``) say nothing of an answer
 MIN_GRADER_LINE = 30
 _BEGIN_END = re.compile(r"^\s*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)\s*$")
@@ -108,15 +108,18 @@ def secret_lines(root: Path, solutions: bool = True) -> dict:
 
 
 def grader_lines(root: Path) -> dict:
-    """{stripped line: module} for the grader's own code lines (autograder/*.py), at least
-    MIN_GRADER_LINE characters long and not in mlexp or the lessons."""
+    """{stripped line: module} for the grader's own code lines (autograder/**/*.py, its folders
+    included), at least MIN_GRADER_LINE characters long and not in mlexp or the lessons."""
     public = _public_lines(root)
     found = {}
-    for py in sorted((root / "autograder").glob("*.py")):
+    grader = root / "autograder"
+    for py in sorted(grader.rglob("*.py")):
+        if {"demo", "templates"} & set(py.relative_to(grader).parts[:-1]):
+            continue
         for line in py.read_text(encoding="utf-8").splitlines():
             s = line.strip()
             if len(s) >= MIN_GRADER_LINE and s not in public and not s.startswith("#"):
-                found.setdefault(s, f"the grader's module autograder/{py.name}")
+                found.setdefault(s, f"the grader's module autograder/{py.relative_to(grader).as_posix()}")
     return found
 
 
@@ -234,14 +237,14 @@ def _files(root: Path, repo: str, with_solutions: bool) -> dict:
         if f.is_file() and "__pycache__" not in rel.parts and f.suffix not in (".pyc", ".pyo") \
                 and not any(p.startswith(".") for p in rel.parts):
             files[rel.as_posix()] = f.read_bytes()
-    from .colab import TABLES_IN_PACKAGE
+    from autograder.publishing.colab import TABLES_IN_PACKAGE
     for table in sorted((root / "lessons").glob("*/seeds.md")):
         files[f"mlexp/{TABLES_IN_PACKAGE}/{table.parent.name}.md"] = table.read_bytes()
     pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
     body = pyproject[pyproject.index("[build-system]"):].split("\n[tool.pytest", 1)[0].rstrip()
     files["pyproject.toml"] = ("# The course library the lessons import, mlexp: pip install -e \".[lab,check]\"\n"
                                + body + "\n").encode()
-    from .colab import wheel_name
+    from autograder.publishing.colab import wheel_name
     wheel = wheel_name(root)
     how = (f"Click a lesson's \"Open in Colab\" badge (above, or at the top of the notebook)."
            if repo != PLACEHOLDER_REPO else

@@ -35,7 +35,7 @@ import nbformat
 
 from mlexp.check import normal_text
 
-from .cells import nbgrader_meta
+from autograder.cells import nbgrader_meta
 
 __all__ = ["repair_notebook", "read_notebook_text", "not_a_notebook", "SubmissionRejected",
            "normalise_name", "release_cells"]

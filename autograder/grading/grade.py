@@ -8,7 +8,7 @@ hidden tests, and commit the result to the journal (autograder.journal). ``jobs`
 at once; everything that touches the gradebook is serialised in this process (the only writer
 of grades). With a Dask scheduler, each submission's sandboxed run goes to a worker of that
 cluster instead (autograder.distributed); everything else stays here. nbgrader's part, one
-student at a time, is autograder.autograde; the releases graded against, autograder.releases.
+student at a time, is autograder.autograde; the releases graded against, autograder.publishing.releases.
 """
 import os
 import shutil
@@ -22,23 +22,23 @@ import nbformat
 from sqlalchemy.exc import SAWarning
 from tqdm.auto import tqdm
 
-from . import ids, jail, sandbox
-from .autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
-from .cells import grade_id_of, is_graded, nbgrader_meta
-from .collect import DEFAULT_MAX_BYTES, choose_notebook, collect
-from .config import list_assignments
-from .insights import EarlierLessons
-from .journal import atomic_write, digest, load_result, save_result
-from .options import GradingOptions
-from .releases import git_releases, release_history, update_releases
-from .repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
-from .results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, OVERRIDES_FILE,
+from autograder import ids, jail, sandbox
+from autograder.autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
+from autograder.cells import grade_id_of, is_graded, nbgrader_meta
+from autograder.intake.collect import DEFAULT_MAX_BYTES, choose_notebook, collect
+from autograder.config import list_assignments
+from autograder.reporting.insights import EarlierLessons
+from autograder.journal import atomic_write, digest, load_result, save_result
+from autograder.options import GradingOptions
+from autograder.publishing.releases import git_releases, release_history, update_releases
+from autograder.intake.repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
+from autograder.results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, OVERRIDES_FILE,
                       Result, final_grades, read_overrides, read_timestamp, write_grades_csv)
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
            "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION", "SANDBOX_PREPROCESSORS"]
 
-DEMO_SUBMISSIONS = Path(__file__).resolve().parent / "demo" / "submissions"
+DEMO_SUBMISSIONS = Path(__file__).resolve().parents[1] / "demo" / "submissions"
 BASE_COLUMNS = GRADE_COLUMNS   # grades.csv's first columns (autograder.results)
 MAX_NOTEBOOK_BYTES = DEFAULT_MAX_BYTES   # GradingOptions.max_size_mb (--max-size), in bytes
 GRADER_VERSION = "3"                 # part of each job's digest: bump to regrade everything
@@ -61,7 +61,7 @@ class _Release:
     release notebooks, instructor test sources, and the earlier releases of each notebook (so an
     old notebook is not blamed for changes). Not the course's lesson
     (:class:`autograder.course.Lesson`) nor a graded DIR's release as insights reads it
-    (:class:`autograder.insights.ReleasedLesson`)."""
+    (:class:`autograder.reporting.insights.ReleasedLesson`)."""
 
     def __init__(self, work: Path, assignment: str, root: Path):
         release, source = work / "release" / assignment, work / "source" / assignment
@@ -76,7 +76,7 @@ class _Release:
         self.columns = [grade_id_of(c) for n in self.names
                         for c in self.release[n].cells if is_graded(c)]
         self.digest = digest(*(p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file()))
-        # the releases before this one, per notebook (autograder.repair's ``earlier``): the
+        # the releases before this one, per notebook (autograder.intake.repair's ``earlier``): the
         # course's committed lessons/ and the releases made in this DIR
         self.earlier = {}
         for n in self.names:
@@ -165,7 +165,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     ``options.kernel_threads`` is set.
     ``scheduler`` (a Dask scheduler address) runs each submission on that cluster's workers
     (autograder.distributed; ``jobs`` then defaults to twice its worker threads) and writes
-    each worker's isolation notes to ``out/isolation.txt``. ``term`` (autograder.term.Term)
+    each worker's isolation notes to ``out/isolation.txt``. ``term`` (autograder.term.termfile.Term)
     gives due dates, late rule and extensions, applied to grades.csv and the report (never in
     the gradebook), and is recorded in ``out`` for later runs (None: the recorded one, if
     any); ``out/overrides.csv`` is read (never written) and checked before anything runs.
@@ -201,7 +201,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         **kept.known(),
         **{(s.student, s.assignment): _maxima(lessons[s.assignment])
            if s.assignment in lessons else {} for s in subs}})
-    from .term import remember_term, remembered_term
+    from autograder.term.termfile import remember_term, remembered_term
     if term is None:   # the term file of an earlier --term, read again, else none
         term = remembered_term(out, assignments)
     else:
@@ -230,7 +230,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             todo.append(job)
     max_scores = {}
     if scheduler and todo:   # connect only when something is left to run
-        from .distributed import DaskExecutor
+        from autograder.distributed import DaskExecutor
         grader.cluster = DaskExecutor(scheduler, options)
         run.executor = grader.cluster
         jobs = jobs or 2 * max(1, grader.cluster.threads)
@@ -294,11 +294,11 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
 
 def _write_report(root: Path, out: Path, prepared: list, lessons: dict, term=None,
                   kept=None) -> None:
-    """The class report, insights.csv and the CSVs with hints (autograder.report), from what
+    """The class report, insights.csv and the CSVs with hints (autograder.reporting.report), from what
     this run committed and the lessons ``kept`` from earlier runs; a failure here is a warning
     (every grade is already saved)."""
-    from .insights import write_manifest
-    from .report import write_class_outputs
+    from autograder.reporting.insights import write_manifest
+    from autograder.reporting.report import write_class_outputs
     entries = [(j.result.student, j.result.assignment, j.sub.student) for j in prepared]
     columns = {a: lessons[a].columns for a in lessons}
     if kept is not None:
@@ -360,7 +360,7 @@ def write_csv(path: Path, results: list, exercise_columns: list, hints=None, ter
               overrides=()) -> None:
     """grades.csv from Results: one row per student and assignment, BASE_COLUMNS, then points
     per graded cell, then ``hints`` when given ((student, assignment) -> mistake ids). With
-    ``term`` (autograder.term.Term) and ``overrides`` ([results.Override]) the late rule and the
+    ``term`` (autograder.term.termfile.Term) and ``overrides`` ([results.Override]) the late rule and the
     instructor's decisions are applied (autograder.results.final_grades). Atomic; every text
     cell is spreadsheet-safe (an id like ``=HYPERLINK(...)`` is shown, never run)."""
     write_grades_csv(path, final_grades(results, term, overrides), exercise_columns, hints)

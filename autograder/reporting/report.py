@@ -5,7 +5,7 @@
 how many students made them with the hint they were shown and who they are, a "no hint matched"
 row for unforeseen wrong answers, the submissions whose status needs the instructor (manual
 review undecided, what overrides.csv decided, late penalties and unknown submission times,
-timed out, repaired, rejected), and pairs of similar answers (autograder.similarity). Scores
+timed out, repaired, rejected), and pairs of similar answers (autograder.reporting.similarity). Scores
 shown per student are the final ones (autograder.results: the term's late rule and
 overrides.csv applied); the distribution and pass rates are the tests' own.
 The page opens offline from the file system: no script, no server, no external resource (its
@@ -26,12 +26,12 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
-from . import ids
-from .insights import ClassData, load_class, write_insights_csv, write_lesson_csvs
-from .journal import atomic_write
-from .mistakes import NO_MATCH, NOT_GRADED
-from .results import GRADED, NEEDS_REVIEW, REJECTED, TIMED_OUT, Status, class_grades, final_grades
-from .similarity import MIN_SHARED, THRESHOLD, available, similar_pairs
+from autograder import ids
+from autograder.reporting.insights import ClassData, load_class, write_insights_csv, write_lesson_csvs
+from autograder.journal import atomic_write
+from autograder.mistakes import NO_MATCH, NOT_GRADED
+from autograder.results import GRADED, NEEDS_REVIEW, REJECTED, TIMED_OUT, Status, class_grades, final_grades
+from autograder.reporting.similarity import MIN_SHARED, THRESHOLD, available, similar_pairs
 
 __all__ = ["write_class_outputs", "render_report", "unknown_extensions", "REPORT_FILE",
            "MAX_PAIRS_SHOWN"]
@@ -70,14 +70,14 @@ def _e(text) -> str:
 def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD, term=None) -> dict:
     """Write report.html, insights.csv, grades.csv (with hints) and grades-<lesson>.csv into
     ``out`` from the class graded there, and the final-grade box of each feedback page, with
-    ``term`` (autograder.term.Term; None: the one recorded in ``out``, else none) and
+    ``term`` (autograder.term.termfile.Term; None: the one recorded in ``out``, else none) and
     ``out/overrides.csv`` applied (autograder.results). Starts no kernel. Returns {"report":
     path, "insights": path, "csv": [paths], "pairs": number of similar pairs, "feedback":
     pages updated, "grades": [FinalGrade]}. Raises FileNotFoundError when ``out`` holds no
     graded class, results.OverrideError, term.TermError."""
-    from .config import list_assignments
-    from .feedback import write_grade_boxes
-    from .term import remember_term, remembered_term
+    from autograder.config import list_assignments
+    from autograder.reporting.feedback import write_grade_boxes
+    from autograder.term.termfile import remember_term, remembered_term
     out = Path(out)
     if term is None:
         term = remembered_term(out, list_assignments(Path(root)))

@@ -1,10 +1,10 @@
 """The released lessons of a grading DIR: made from the course, kept up to date, remembered.
 
 `grade` grades against the release of each assignment in ``DIR/work/release``. It is generated
-(autograder.build) when the course's solutions changed since the last run, and each release it
+(autograder.publishing.build) when the course's solutions changed since the last run, and each release it
 replaces is kept in the assignment's history, beside the releases the course's git history
 holds, so that a notebook handed in against an earlier release is not blamed for what changed
-since (autograder.repair's ``earlier``). A regenerated assignment leaves nbgrader's gradebook
+since (autograder.intake.repair's ``earlier``). A regenerated assignment leaves nbgrader's gradebook
 first (nbgrader refuses to change the cells of an assignment with submissions).
 """
 import json
@@ -16,10 +16,10 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 
-from .build import generate_release
-from .config import work_config
-from .journal import atomic_write, digest
-from .repair import release_cells
+from autograder.publishing.build import generate_release
+from autograder.config import work_config
+from autograder.journal import atomic_write, digest
+from autograder.intake.repair import release_cells
 
 __all__ = ["update_releases", "release_history", "git_releases", "git_versions"]
 
@@ -102,7 +102,7 @@ def update_releases(root: Path, work: Path, needed: list, db_url) -> None:
 
     A release replaced in this DIR is kept in the assignment's history (release_history), so
     that a notebook of an earlier release is not said to have deleted what was added since
-    (autograder.repair), and the assignment's stale rows leave the gradebook first
+    (autograder.intake.repair), and the assignment's stale rows leave the gradebook first
     (forget_assignments)."""
     stale = []
     for a in needed:

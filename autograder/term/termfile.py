@@ -109,7 +109,7 @@ def load_term(path, lesson_ids=None) -> Term:
     """
     path = Path(path)
     if lesson_ids is None:
-        from .course import LESSONS
+        from autograder.course import LESSONS
         lesson_ids = set(LESSONS)
     lesson_ids = set(lesson_ids)
     try:
@@ -177,7 +177,7 @@ def remember_term(out, term: Term) -> None:
     """Record in the grading folder ``out`` which term file (its absolute path) made its
     grades, so a later ``report DIR`` (or ``export``) without ``--term`` uses the same one."""
     if term is not None and term.path is not None:
-        from .journal import atomic_write
+        from autograder.journal import atomic_write
         atomic_write(Path(out) / TERM_RECORD, f"{Path(term.path).resolve()}\n")
 
 

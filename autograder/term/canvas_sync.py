@@ -17,7 +17,7 @@ user id, which ``export --lms canvas`` and ``push`` match students by.
 what changed.
 
 **push** posts, per student of the lesson graded in DIR, the final score (as ``report`` and
-``export`` compute it: autograder.export._final_rows) scaled to the assignment's
+``export`` compute it: autograder.term.export._final_rows) scaled to the assignment's
 ``points_possible`` as ``submission[posted_grade]``, and the feedback page, headed by that grade
 (feedback.gradebook_page), as a submission comment carrying the file: Canvas's three-step upload
 (``POST .../submissions/:user_id/comments/files`` for an upload address, the file posted there,
@@ -37,9 +37,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ids
-from .canvas import CanvasError, Session
-from .journal import atomic_write
+from autograder import ids
+from autograder.lms.canvas_api import CanvasError, Session
+from autograder.journal import atomic_write
 
 __all__ = ["MANIFEST", "PullResult", "pull", "PushPlan", "plan_push", "push", "student_id",
            "lesson_for", "graded_lessons", "format_pull", "format_push"]
@@ -220,8 +220,8 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
               term=None) -> PushPlan:
     """Read DIR's final grades of ``lesson`` and what Canvas holds, and decide what to post
     (module docstring). Raises CanvasError, export.ExportError for an unreadable DIR."""
-    from .export import _feedback_page, _final_rows, _points_text, _trailing_number
-    from .feedback import gradebook_page
+    from autograder.term.export import _feedback_page, _final_rows, _points_text, _trailing_number
+    from autograder.reporting.feedback import gradebook_page
     rows = [r for r in _final_rows(out_dir, term) if r["assignment"] == lesson]
     if not rows:
         raise CanvasError(f"{out_dir} holds no grades of lesson {lesson}: grade it there first, "

@@ -7,7 +7,7 @@
    last build is not run again (one cache per size). ``--size grading`` runs the experiments at
    the token size the grader uses (``NBGRADER_EXECUTION=validate``), in seconds; ``full`` (the
    default, ``make book``) as a reader running the notebook gets them.
-2. Each page is the student's notebook (the student edition's bytes, :mod:`autograder.publish`)
+2. Each page is the student's notebook (the student edition's bytes, :mod:`autograder.publishing.publish`)
    with the outputs of that run: a graded exercise shows the cell the student starts from and
    its visible test, without outputs; a cell that uses a name an exercise defines loses its
    outputs too (they are computed from the answer), with a note. ``--with-solutions`` adds the
@@ -15,7 +15,7 @@
 3. Sphinx renders the pages, a landing page, and an API page from mlexp's docstrings. Maths is
    MathML written at build time (latex2mathml), so the site needs no network and opens from
    ``file://``. The student notebooks are shipped beside the pages ("Download notebook").
-4. The site, and the text of every page, is scanned (:func:`autograder.publish.scan`): any line
+4. The site, and the text of every page, is scanned (:func:`autograder.publishing.publish.scan`): any line
    of a solution cell (default edition) or of a hidden test is an error naming the file.
 """
 from __future__ import annotations
@@ -35,13 +35,13 @@ from pathlib import Path
 
 from mlexp.runtime import temporary_environ
 
-from .cells import defined_names, grade_id_of, is_graded, is_solution, nbgrader_meta, read_names
-from .course import BRANCH, COURSE_REPO, LESSONS, validate_repo
+from autograder.cells import defined_names, grade_id_of, is_graded, is_solution, nbgrader_meta, read_names
+from autograder.course import BRANCH, COURSE_REPO, LESSONS, validate_repo
 
 __all__ = ["BookError", "BOOK_MARKER", "SIZES", "book", "page_notebook", "html_text_scan", "setup"]
 
 BOOK_MARKER = ".course-book.json"
-TEMPLATES = Path(__file__).resolve().parent / "templates" / "book"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "book"
 SIZES = {"full": None, "grading": "validate"}     # NBGRADER_EXECUTION for each size
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 PROJECT = "Linear attention: a course in notebooks"
@@ -314,9 +314,9 @@ class _Text(html.parser.HTMLParser):
 
 
 def html_text_scan(site: Path, root: Path, solutions_allowed: bool = False) -> list:
-    """:func:`autograder.publish.scan` of the site's files and of the text of each HTML page as
+    """:func:`autograder.publishing.publish.scan` of the site's files and of the text of each HTML page as
     a reader sees it (code highlighted into spans is found whole again)."""
-    from .publish import scan
+    from autograder.publishing.publish import scan
     findings = scan(site, root, solutions_allowed=solutions_allowed)
     with tempfile.TemporaryDirectory() as tmp:
         for page in sorted(Path(site).rglob("*.html")):
@@ -343,7 +343,7 @@ def book(root: Path, out: Path, size: str = "full", lessons=None, with_solutions
     """Build the course book of ``root`` into ``out``; returns a summary (lessons, seconds,
     exercises, hidden outputs, pages). Raises BookError when a lesson raises (naming the cell),
     when ``out`` is not a book folder, or when the site would show an answer."""
-    from .publish import _files
+    from autograder.publishing.publish import _files
     root, out = Path(root).resolve(), Path(out).resolve()
     if size not in SIZES:
         raise BookError(f"size {size!r}: give one of {', '.join(SIZES)}.")
@@ -371,7 +371,7 @@ def book(root: Path, out: Path, size: str = "full", lessons=None, with_solutions
     if html_dir.exists():
         shutil.rmtree(html_dir)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(Path(__file__).resolve().parent.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        [str(Path(__file__).resolve().parents[2])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-d", str(cache_dir / "site" / "doctrees"),
            str(src), str(html_dir)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)

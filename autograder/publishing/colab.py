@@ -92,7 +92,7 @@ def build_wheel(root: Path, out_dir: Path) -> Path:
     metadata += [f"Summary: {summary}"] * bool(summary) + [f"Requires-Python: {python}"] * bool(python)
     metadata += [f"Requires-Dist: {d}" for d in deps]
     files[f"{dist_info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
-    files[f"{dist_info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: autograder.colab\n"
+    files[f"{dist_info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: autograder.publishing.colab\n"
                                    f"Root-Is-Purelib: true\nTag: {TAG}\n").encode()
     files[f"{dist_info}/top_level.txt"] = f"{PACKAGE}\n".encode()
     record = [f"{name},{_record_hash(data)},{len(data)}" for name, data in files.items()]

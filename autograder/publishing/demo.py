@@ -7,13 +7,13 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import grade_id_of, is_solution
-from .mistakes import NO_MATCH, load_mistakes, match_mistake
+from autograder.cells import grade_id_of, is_solution
+from autograder.mistakes import NO_MATCH, load_mistakes, match_mistake
 
 __all__ = ["DEMO_DIR", "load_catalog", "student_notebook", "generate_demo", "check_demo", "write_demo",
            "sample_students", "write_sample", "demo_answers", "check_hints", "format_hint_report"]
 
-DEMO_DIR = Path(__file__).resolve().parent / "demo"
+DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
@@ -175,7 +175,7 @@ def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False, s
     """
     from tqdm.auto import tqdm
 
-    from .dryrun import run_exercises
+    from autograder.dryrun import run_exercises
     problems, checked = [], 0
     catalogs = load_catalog(demo_dir)
     chosen = {a: {s: spec for s, spec in cat["students"].items() if students is None or s in students}

@@ -8,7 +8,7 @@ three single wrapping folders):
   folder, notebooks loose in the student folder named after an assignment's notebook, one
   student id under two spellings of case (merged);
 - the "download all submissions" zips of Canvas, Moodle and Blackboard, whose file names say
-  whose each file is (autograder.lms reads them with nbgrader's FileNameCollectorPlugin).
+  whose each file is (autograder.lms.layouts reads them with nbgrader's FileNameCollectorPlugin).
 
 What a student (or a broken upload) can put in an archive costs only that student, and only
 what is wrong: a symbolic link is never followed and rejects the submission that holds it; a
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from nbgrader.coursedir import CourseDirectory
 
-from . import lms
-from .options import GradingOptions
-from .repair import normalise_name
+from autograder.lms import layouts as lms
+from autograder.options import GradingOptions
+from autograder.intake.repair import normalise_name
 
 __all__ = ["Submission", "collect", "choose_notebook", "IGNORED_NAMES", "DATA_FILE_BYTES",
            "DATA_DIR_BYTES", "ZIP_RATIO", "ZIP_FLOOR", "LINK"]

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import nbformat
 
-from . import ids
-from .journal import atomic_write, load_result
-from .cells import grade_id_of, is_test_cell, nbgrader_meta
-from .mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, load_mistakes,
+from autograder import ids
+from autograder.journal import atomic_write, load_result
+from autograder.cells import grade_id_of, is_test_cell, nbgrader_meta
+from autograder.mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, load_mistakes,
                        match_mistake)
-from .results import REJECTED, Result, Status
+from autograder.results import REJECTED, Result, Status
 
 __all__ = ["MANIFEST", "INSIGHT_COLUMNS", "Exercise", "ReleasedLesson", "Insight", "ClassData",
            "write_manifest", "load_class", "load_results", "lesson_maxima", "write_insights_csv",
@@ -255,7 +255,7 @@ def write_lesson_csvs(out: Path, data: ClassData, rows: list = None) -> list:
     grades-<lesson>.csv for each lesson (only its rows and its exercise columns) from ``rows``
     ([results.FinalGrade]; default: the results as graded, no term, no overrides); returns the
     paths written."""
-    from .results import final_grades, write_grades_csv
+    from autograder.results import final_grades, write_grades_csv
     rows = final_grades(data.results) if rows is None else rows
     hints = {(r.student, r.assignment): data.hints(r.student, r.assignment) for r in rows}
     paths = [Path(out) / "grades.csv"]

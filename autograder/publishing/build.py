@@ -7,12 +7,12 @@ from pathlib import Path
 import nbformat
 from nbgrader.apps import NbGraderAPI
 
-from .cells import grade_id_of, is_test_cell
-from .config import list_assignments, work_config
-from .mistakes import MISTAKES_FILE
-from .seeds import answer_results, student_table
+from autograder.cells import grade_id_of, is_test_cell
+from autograder.config import list_assignments, work_config
+from autograder.mistakes import MISTAKES_FILE
+from autograder.publishing.seeds import answer_results, student_table
 
-SEED_TABLE = "seeds.md"   # a lesson's seed table (autograder.seeds), released without answer rows
+SEED_TABLE = "seeds.md"   # a lesson's seed table (autograder.publishing.seeds), released without answer rows
 
 __all__ = ["BuildError", "generate_release", "build", "check_build", "check_test_cells"]
 
@@ -49,7 +49,7 @@ def generate_release(root: Path, assignments, work: Path, db_url=None) -> Path:
 
 def _student_seed_table(source: Path, release: Path) -> None:
     """The release's seeds.md without the rows computed from exercise answers (the reference
-    run's values would be the answers: autograder.seeds.answer_results)."""
+    run's values would be the answers: autograder.publishing.seeds.answer_results)."""
     table = release / SEED_TABLE
     if not table.is_file():
         return
@@ -99,7 +99,7 @@ def check_test_cells(root: Path) -> list:
     """
     import nbformat
 
-    from .partial import last_expression_problems
+    from autograder.partial import last_expression_problems
     root, found = Path(root), []
     for a in list_assignments(root):
         for path in sorted((root / "solutions" / a).glob("*.ipynb")):

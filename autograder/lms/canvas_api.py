@@ -2,7 +2,7 @@
 
 ``python -m autograder canvas pull COURSE ASSIGNMENT --out SUBMISSIONS`` downloads each
 student's latest attempt and ``canvas push DIR COURSE ASSIGNMENT`` posts the decided grades and
-feedback pages back (autograder.canvas_sync). This module holds what both share: the token, the
+feedback pages back (autograder.term.canvas_sync). This module holds what both share: the token, the
 connection, and one bounded way of calling Canvas.
 
 - **Token**: from the environment variable ``CANVAS_TOKEN`` or a file (``--token-file``) that

@@ -98,7 +98,7 @@ def moodle_date(text: str, lang: str):
                                       "REQUIRE_PARTS": ["day", "month", "year"],
                                       "RETURN_AS_TIMEZONE_AWARE": False})
 
-_QUIET = logging.getLogger("autograder.lms")
+_QUIET = logging.getLogger("autograder.lms.layouts")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False     # the plugin warns for every name that does not match
 
@@ -262,7 +262,7 @@ def moodle_submission_times(path, zone) -> dict:
     import csv
     from pathlib import Path
 
-    from .export import delimiter_of
+    from autograder.term.export import delimiter_of
     path = Path(path)
     with open(path, newline="", encoding="utf-8-sig") as f:
         delimiter = delimiter_of(f.readline())    # ',' or, re-saved in many locales, ';'

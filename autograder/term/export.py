@@ -60,8 +60,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ids
-from .lms import MOODLE_NO, moodle_header, moodle_language
+from autograder import ids
+from autograder.lms.layouts import MOODLE_NO, moodle_header, moodle_language
 
 __all__ = ["LMS", "ExportError", "Table", "read_table", "write_table", "export_gradebook",
            "Export", "format_export", "term_for", "recorded_term", "write_feedback_zip"]
@@ -247,7 +247,7 @@ def _original(cell: str) -> str:
 def _undecided(status, review: str, overridden: bool) -> str:
     """Why a final grade is no one's decision yet ("" when it is one): a manual review no row
     of overrides.csv decided, or rejected work (no notebook, unreadable) with no row either."""
-    from .results import NEEDS_REVIEW, REJECTED
+    from autograder.results import NEEDS_REVIEW, REJECTED
     if status.kind == NEEDS_REVIEW and review != "decided" and not overridden:
         return f"manual review undecided ({status.reason or 'no reason given'})"
     if status.kind == REJECTED and not overridden:
@@ -267,7 +267,7 @@ def _final_rows(out_dir, term=None) -> list:
     from elsewhere) is read from its ``score`` column. Raises ExportError naming the file, row
     and column of anything unreadable.
     """
-    from .results import Status, load_final_grades
+    from autograder.results import Status, load_final_grades
     if (Path(out_dir) / "results").is_dir():
         try:
             return [{"student_id": g.student, "assignment": g.assignment, "score": float(g.score),
@@ -310,8 +310,8 @@ def _final_rows(out_dir, term=None) -> list:
 def term_for(path, out_dir):
     """The term file at ``path``, read with term.load_term for the course's lessons and those
     the class in ``out_dir`` was graded on (a course of other lessons than this one's)."""
-    from .course import LESSONS
-    from .term import load_term
+    from autograder.course import LESSONS
+    from autograder.term.termfile import load_term
     graded = set()
     try:    # only the lesson ids: read without a term (a recorded one could name other lessons)
         with open(Path(out_dir) / "grades.csv", newline="", encoding="utf-8") as f:
@@ -326,7 +326,7 @@ def recorded_term(out_dir):
     (term.TERM_RECORD), read whole as :func:`term_for` reads a ``--term`` file (its late rules
     and its lms_column entries), or None when none is recorded. Raises TermError when the
     recorded file is gone or no longer valid."""
-    from .term import TERM_RECORD, remembered_term
+    from autograder.term.termfile import TERM_RECORD, remembered_term
     record = Path(out_dir) / TERM_RECORD
     if not record.is_file():
         return None
@@ -581,7 +581,7 @@ def _no_column(wanted: str, candidates) -> str:
 
 def _lesson_columns(book, lessons, term, only=None) -> tuple:
     """lesson -> Column, and lesson -> why not, for the lessons grades.csv holds."""
-    from .course import LESSONS
+    from autograder.course import LESSONS
     columns, missing = {}, {}
     for lesson in sorted(lessons):
         if only is not None and lesson != only:
@@ -631,7 +631,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     """Fill the LMS gradebook file ``gradebook`` with the final scores of the class graded into
     ``out_dir`` and write it to ``out``; with ``feedback``, also write the feedback zip.
 
-    ``lms``: canvas, moodle or blackboard. ``term``: a :class:`autograder.term.Term` (its
+    ``lms``: canvas, moodle or blackboard. ``term``: a :class:`autograder.term.termfile.Term` (its
     lms_column map and late rules), or None: the term file recorded in ``out_dir`` by the last
     ``--term`` (:func:`recorded_term`, the same one the scores' late penalties come from), else
     none. ``lesson``: for Moodle, the lesson the worksheet is for; for
@@ -743,9 +743,9 @@ def _feedback_page(out_dir: Path, student: str, lesson: str):
 def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
     """Write the feedback pages of every filled cell into the zip at ``path``, as the LMS takes
     them back (module docstring), each headed by the grade as written into its gradebook cell, on
-    that column's scale (:func:`autograder.feedback.gradebook_page`; the pages in DIR keep the
+    that column's scale (:func:`autograder.reporting.feedback.gradebook_page`; the pages in DIR keep the
     lesson's points); returns the names written. A missing page becomes a note."""
-    from .feedback import gradebook_page
+    from autograder.reporting.feedback import gradebook_page
     names = []
     tmp = Path(path).with_name(f".{Path(path).name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
