@@ -1,4 +1,4 @@
-# The two commands of the README, the student's and the course author's. Each sets up .venv
+# The commands of the README and its guides in docs/, the student's and the course author's. Each sets up .venv
 # first (idempotent; see scripts/setup.sh): `grade` and `lessons` install only what grading
 # needs, `lab` adds JupyterLab, `test` adds the test tools.
 PY := .venv/bin/python
@@ -64,7 +64,7 @@ check-generated: setup
 	$(PY) -m autograder demo --check --check-hints || status=1; \
 	exit $$status
 
-# The course as a static web site in $(BOOK) (README: The course as a book). Every lesson runs at
+# The course as a static web site in $(BOOK) (docs/authors.md: The course as a book). Every lesson runs at
 # full size the first time (about an hour of CPU); an unchanged lesson comes from the cache.
 book: setup-book
 	$(PY) -m autograder book $(BOOK)

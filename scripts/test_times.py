@@ -1,4 +1,4 @@
-"""The test suite's time budget: a summary of the last run, and the measurement the README quotes.
+"""The test suite's time budget: a summary of the last run, and the measurement the pages quote.
 
 tests/timings_plugin.py writes ``build/test-times/last.json`` at the end of every pytest run (each
 test's seconds, whether it is marked slow, its outcome; the run's wall time, date and workers).
@@ -12,15 +12,17 @@ test's seconds, whether it is marked slow, its outcome; the run's wall time, dat
 
 ``python scripts/test_times.py record FULL.json FAST.json``
     Stores two measurements (a `make test` run and a `make test-fast` run on the same machine) in
-    tests/times.json, compactly, and rewrites the README's block between ``<!-- test-times -->``
-    and ``<!-- /test-times -->`` from it: the counts and minutes the README gives, with their date.
-    tests/test_suite_budget.py checks that the block matches tests/times.json and that no test of
-    the fast tier took longer than its limit there.
+    tests/times.json, compactly, and rewrites the block between ``<!-- test-times -->`` and
+    ``<!-- /test-times -->`` of the contributor's guide (docs/contributors.md, "Tests") from it:
+    the counts and minutes it gives, with their date. tests/test_suite_budget.py checks that the
+    block matches tests/times.json and that no test of the fast tier took longer than its limit
+    there.
 
     It also writes the measured minutes into the README's second set-up command (its comment).
 
 ``python scripts/test_times.py check-readme``
-    Exit 1 if the README's block or test command is not what ``record`` writes from tests/times.json.
+    Exit 1 if the guide's block or the README's test command is not what ``record`` writes from
+    tests/times.json.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 LAST = REPO / "build" / "test-times" / "last.json"
 STORED = REPO / "tests" / "times.json"
 README = REPO / "README.md"
+GUIDE = REPO / "docs" / "contributors.md"     # holds the test-times block
 BEGIN, END = "<!-- test-times -->", "<!-- /test-times -->"
 
 FAST_TEST_LIMIT_S = 20.0     # no test of `make test-fast` longer than this (mark it slow instead)
@@ -105,7 +108,7 @@ def compact(data: dict) -> dict:
 
 
 def render(stored: dict) -> str:
-    """The README's block, from tests/times.json."""
+    """The guide's test-times block, from tests/times.json."""
     full, fast = stored["full"], stored["fast"]
     n_full, n_fast = len(full["tests"]), len(fast["tests"])
     return "\n".join([
@@ -146,11 +149,14 @@ def readme_block(text: str) -> str | None:
     return text[text.index(BEGIN):text.index(END) + len(END)]
 
 
-def readme_problems(text: str, stored: dict) -> list:
-    """What in the README differs from what `record` writes from tests/times.json."""
+def readme_problems(text: str, stored: dict, guide: str | None = None) -> list:
+    """What in the README (``text``: its test command) and the contributor's guide (``guide``: its
+    test-times block; default: the file GUIDE) differs from what `record` writes from tests/times.json."""
+    guide = GUIDE.read_text() if guide is None else guide
     problems = []
-    if readme_block(text) != render(stored):
-        problems.append(f"README's test-times block is not what tests/times.json gives:\n{render(stored)}")
+    if readme_block(guide) != render(stored):
+        problems.append(f"{GUIDE.relative_to(REPO)}'s test-times block is not what tests/times.json gives:\n"
+                        f"{render(stored)}")
     if setup_line(text) != render_setup_line(stored):
         problems.append(f"README's test command line is not what tests/times.json gives:\n{render_setup_line(stored)}")
     return problems
@@ -169,16 +175,17 @@ def record(full_path: Path, fast_path: Path) -> None:
         raise SystemExit("test_times: the fast tier is over budget:\n  " + "\n  ".join(problems))
     stored = {"full": compact(full), "fast": compact(fast)}
     STORED.write_text(json.dumps(stored, indent=0, sort_keys=True) + "\n")
-    text = README.read_text()
-    old = readme_block(text)
+    guide = GUIDE.read_text()
+    old = readme_block(guide)
     if old is None:
-        raise SystemExit(f"test_times: README.md has no {BEGIN} ... {END} block to rewrite")
-    text = text.replace(old, render(stored))
+        raise SystemExit(f"test_times: {GUIDE.relative_to(REPO)} has no {BEGIN} ... {END} block to rewrite")
+    text = README.read_text()
     line = setup_line(text)
     if line is None:
         raise SystemExit(f"test_times: README.md has no line starting {SETUP_PREFIX!r}")
+    GUIDE.write_text(guide.replace(old, render(stored)))
     README.write_text(text.replace(line, render_setup_line(stored)))
-    print(f"wrote {STORED.relative_to(REPO)} and the README's test-times block")
+    print(f"wrote {STORED.relative_to(REPO)}, {GUIDE.relative_to(REPO)}'s test-times block and the README's test command")
 
 
 def main(argv=None) -> int:

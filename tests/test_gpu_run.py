@@ -1,5 +1,5 @@
 """benchmarks/gpu_run.py without a GPU: the plan and its order, the compile units, the estimate, and the
-README table rendered from a results JSON, whole or cut short. Nothing here compiles a kernel."""
+table rendered from a results JSON, whole or cut short. Nothing here compiles a kernel."""
 import importlib.util
 import json
 import os

@@ -1,6 +1,7 @@
 """The suite's time budget (issue 37): the fast tier's limits against the last recorded measurement,
-the README's counts and minutes written from it, the timing summary's verdicts, and the xdist
-groups that keep each module's expensive fixture on one worker.
+the counts and minutes written from it (docs/contributors.md's block, the README's test command),
+the timing summary's verdicts, and the xdist groups that keep each module's expensive fixture on
+one worker.
 
 tests/times.json is written by `scripts/test_times.py record` from a `make test` run and a `make
 test-fast` run (see its docstring); record it again when a test is added or made slower.
@@ -19,7 +20,9 @@ STORED = json.loads((REPO / "tests" / "times.json").read_text())
 
 
 def test_readme_counts_and_minutes_are_the_recorded_measurement():
-    assert test_times.readme_problems((REPO / "README.md").read_text(), STORED) == []
+    assert test_times.GUIDE == REPO / "docs" / "contributors.md"
+    assert test_times.readme_problems((REPO / "README.md").read_text(), STORED,
+                                      (REPO / "docs" / "contributors.md").read_text()) == []
 
 
 def test_fast_tier_was_within_its_limits_when_measured():

@@ -33,8 +33,8 @@ def delta_rule(q, k, v, beta, *, initial_state=None, impl=None, chunk_size=64, s
         initial_state: optional (B, H, Dk, Dv) state S_0 (write convention: S = sum k v^T).
         impl: "recurrent" (the readable loop, the test oracle), "chunk" (chunkwise PyTorch,
             autograd works) or "triton" (Triton kernels forward and backward: bf16/fp16
-            operands multiplied as such with fp32 accumulation, fp32 in tf32x3; see the README's
-            Triton section). None picks "triton" for CUDA tensors when triton imports and the
+            operands multiplied as such with fp32 accumulation, fp32 in tf32x3; see "The Triton kernels"
+            in docs/contributors.md). None picks "triton" for CUDA tensors when triton imports and the
             dtype is not float64, else "chunk".
         chunk_size: tokens per chunk C for "chunk" and "triton" (triton: 16, 32 or 64; fp32
             inputs run in chunks of at most 32 there).
