@@ -102,7 +102,7 @@ def free_port() -> int:
 
 
 class Cluster:
-    """A scheduler and ``n`` workers (one thread each, with a nanny) started as the README says."""
+    """A scheduler and ``n`` workers (one thread each, with a nanny) started as docs/instructors.md says."""
 
     def __init__(self, folder: Path, n: int = 2, preload: bool = False):
         self.folder, self.preload, self.procs = folder, preload, []

@@ -1,6 +1,6 @@
-"""overrides.csv as the README describes it: six columns, every one of them in every row.
+"""overrides.csv as docs/instructors.md describes it: six columns, every one of them in every row.
 
-test_term.py checks each kind of bad row and the final grades; this file checks the README's
+test_term.py checks each kind of bad row and the final grades; this file checks the guide's
 claim that ``comment`` and ``by`` are required columns (empty cells are fine, missing ones are
 not), so a short row is refused with its line instead of being read with guessed cells.
 """
