@@ -20,8 +20,9 @@
    path and vs fla (median of repeats, CUDA events); and the gated delta rule's state pass as it
    is against its tile choice before issue 29 (VARIANTS), Triton only, at the issue's two shapes.
 Within 2 and 3 the cases never measured on a GPU before (MEASURED) come first. Every finished case
-is written at once to ``--out`` (JSON) and the README's table rendered from it (``render`` writes
-the .md beside it), so a run cut short still reports every case it reached.
+is written at once to ``--out`` (JSON) and its table rendered from it into the .md beside it
+(benchmarks/gpu_results.py; docs/contributors.md, "The Triton kernels", describes the run), so a
+run cut short still reports every case it reached.
 """
 import argparse
 import concurrent.futures
@@ -37,16 +38,14 @@ import time
 
 import torch
 
-from mlexp.ops.registry import op_label
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ops_cuda  # noqa: E402  (benchmarks/ is not a package)
+from gpu_results import MODES, render, save, write_file  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPILE_TIMES = os.path.join(HERE, "compile_times.json")
-MODES = ("fwd", "fwd+bwd")
 
-# What the first H200 window (2026-12-01, README) reached: these cases go last.
+# What the first H200 window (2026-12-01) reached: these cases go last.
 MEASURED = {
     ("check", "linear", (2, 3, 300, 64)), ("check", "linear", (1, 2, 1000, 128)), ("check", "linear", (1, 1, 77, 100)),
     ("check", "gated_scalar", (2, 3, 300, 64)), ("check", "gated_scalar", (1, 2, 1000, 128)),
@@ -202,102 +201,6 @@ def estimate(cases, units, n_fla, jobs, times):
                timing=TIME_S * sum(c["kind"] != "check" for c in cases))
     est["total"] = est["compile"] + est["checks"] + est["timing"]
     return est
-
-
-# ----------------------------------------------------------------------------- results and the table
-
-
-def _write(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def save(results, path):
-    """Write the results JSON and, beside it (.md), the README table made from it."""
-    _write(path, json.dumps(results, indent=1) + "\n")
-    _write(os.path.splitext(path)[0] + ".md", render(results))
-
-
-def _ratio(a, b):
-    """'1.06 (0.274 vs 0.260 ms)' for timings a over b, each [median, min, max] ms."""
-    return f"{a[0] / b[0]:.2f} ({a[0]:.3f} vs {b[0]:.3f} ms)"
-
-
-def _cell_fla(t):
-    if "triton" in t and "fla" in t:
-        return _ratio(t["triton"], t["fla"])
-    if "fla_error" in t:
-        return "fla failed*"
-    if "triton_error" in t:
-        return "Triton failed"
-    return "no fla" if "triton" in t else "not reached"
-
-
-def _cell_chunk(t):
-    if "triton" in t and "chunk" in t:
-        return f"{t['chunk'][0] / t['triton'][0]:.1f} ({t['chunk'][0]:.3f} vs {t['triton'][0]:.3f} ms)"
-    return "Triton failed" if "triton_error" in t else "not reached"
-
-
-def render(results):
-    """The README's section of a run: its header line, the correctness summary and one table of
-    forward and forward+backward, Triton / fla and chunk / Triton, per shape and op. Cases the
-    run did not reach read "not reached"."""
-    meta = results.get("meta", {})
-    cases = results.get("cases", [])
-    lines = [f"Run of {meta.get('date', '?')} on {meta.get('device', '?')}: torch {meta.get('torch', '?')}, "
-             f"triton {meta.get('triton', '?')}, fla {meta.get('fla', 'not importable')}, "
-             f"{meta.get('dtype', 'bf16')}; compile {meta.get('compile_s', float('nan')):.0f} s for "
-             f"{meta.get('compilations', '?')} compilations; {meta.get('wall_s', float('nan')):.0f} s in all.", ""]
-    checks = [c for c in cases if c["kind"] == "check"]
-    passed = [c for c in checks if c.get("status") == "PASS"]
-    lines.append(f"Correctness (Triton vs the float32 chunk path, bound {meta.get('bound', '?')}): "
-                 f"{len(passed)} of {len(checks)} cases reached passed"
-                 f" (of {meta.get('checks_planned', len(checks))} planned).")
-    errs = [e for c in passed for n, e in c.get("errs", {}).items() if n != "fla o"]
-    if errs:
-        lines[-1] += f" RMS-relative errors {min(errs):.1e} to {max(errs):.1e}."
-    for c in checks:
-        if c.get("status") != "PASS":
-            lines.append(f"- {c['op']} {tuple(c['shape'])}: {c.get('status')} "
-                         + " ".join(f"{n} {e:.1e}" for n, e in c.get("errs", {}).items()) + c.get("error", ""))
-    lines += ["", "| shape | op | forward: Triton / fla | forward: chunk / Triton | fwd+bwd: Triton / fla "
-              "| fwd+bwd: chunk / Triton |", "|---|---|---|---|---|---|"]
-    timed = {(c["op"], tuple(c["shape"])): c for c in cases if c["kind"] == "time"}
-    order = meta.get("timed_planned") or [[c["op"], c["shape"]] for c in cases if c["kind"] == "time"]
-    order = sorted({(op, tuple(s)) for op, s in order},
-                   key=lambda k: (ops_cuda.SHAPES.index(k[1]) if k[1] in ops_cuda.SHAPES else 99,
-                                  list(ops_cuda.OPS).index(k[0]) if k[0] in ops_cuda.OPS else 99))
-    fla_failed = []
-    for op, shape in order:
-        case = timed.get((op, shape), {})
-        row = [str(shape), op_label(op)]
-        for mode in MODES:
-            t = case.get(mode, {})
-            row += [_cell_fla(t), _cell_chunk(t)]
-            if "fla_error" in t:
-                fla_failed.append(f"{op} {shape} {mode}: {t['fla_error']}")
-        if any(c.get("status") == "FAIL" for c in checks if c["op"] == op):
-            row[1] += " (failed correctness)"
-        lines.append("| " + " | ".join(row) + " |")
-    if fla_failed:
-        lines += ["", "*fla raised, so chunk / Triton is the comparison there (and fla's forward where it ran): "
-                  + "; ".join(fla_failed)]
-    ab = [c for c in cases if c["kind"] == "ab"]
-    if ab or meta.get("ab_planned"):
-        lines += ["", "The gated delta rule's state pass, V tiles for 4 programs per SM and 4 warps, against the "
-                  "choice before (tiles for one program per SM, 8 warps), Triton only, same run:", "",
-                  "| shape | op | forward: now / before | fwd+bwd: now / before |", "|---|---|---|---|"]
-        done = {(c["op"], tuple(c["shape"])): c for c in ab}
-        for op, shape in [(op, tuple(s)) for op, s in meta.get("ab_planned") or [[c["op"], c["shape"]] for c in ab]]:
-            c = done.get((op, shape), {})
-            cells = [_ratio(c[m]["triton"], c[m][c["variant"]]) if m in c else "not reached" for m in MODES]
-            lines.append("| " + " | ".join([str(shape), op_label(op)] + cells) + " |")
-    if results.get("not_reached"):
-        lines += ["", "Not reached in the time budget: " + ", ".join(results["not_reached"])]
-    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------- compiling (on the GPU)
@@ -551,7 +454,7 @@ def measure_compile(units, path=COMPILE_TIMES):
         sec[key] = round(time.monotonic() - t0, 1)
         times["measured"] = (f"{datetime.date.today().isoformat()}, {platform.machine()} "
                              f"{os.cpu_count()} cores (shared), triton {triton.__version__}, sm_90a, one at a time")
-        _write(path, json.dumps(times, indent=1, sort_keys=True) + "\n")
+        write_file(path, json.dumps(times, indent=1, sort_keys=True) + "\n")
         print(f"{key}: {sec[key]} s", flush=True)
     return 0
 
