@@ -20,13 +20,12 @@ import dataclasses
 import datetime
 import json
 import os
-import resource
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sweep_book import children_cpu, end_call, run_all, start_call, write  # noqa: E402  (beside this script)
 
 
 def _run(name, lr, seed, grading):
@@ -71,37 +70,21 @@ def main(argv=None) -> int:
                 sizes=f"CapstoneConfig() with lr swept: {config.n_layers} layers, dim {config.dim}, "
                       f"{config.n_heads} heads, {config.steps} steps of {config.batch_size} x {config.seq_len} tokens",
                 jobs=args.jobs, torch_threads=1, cpus=os.cpu_count(), date=datetime.date.today().isoformat())
-    data.setdefault("wall_seconds", 0.0)
-    data.setdefault("cpu_seconds", 0.0)
-    data["load_before"] = round(os.getloadavg()[0], 2)
-    start = time.perf_counter()
+    start = start_call(data)
     order = list(lesson_designs())           # the file lists the runs in the lesson's order of designs
 
     def save():
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         data["runs"] = sorted(runs, key=lambda r: (order.index(r["name"]) if r["name"] in order else len(order), r["lr"]))
         data["wall_seconds_this_call"] = round(time.perf_counter() - start, 1)
-        data["cpu_seconds_this_call"] = round(kids.ru_utime + kids.ru_stime, 1)
-        data["load_after"] = round(os.getloadavg()[0], 2)
-        out.write_text(json.dumps(data, indent=1) + "\n")
+        data["cpu_seconds_this_call"] = round(children_cpu(), 1)
+        write(out, data)
 
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(_run, n, lr, args.seed, args.grading) for n, lr in plan]
-        for fut in as_completed(futures):
-            r = fut.result()
-            runs.append(r)
-            print(f"{r['name']:12s} lr {r['lr']:.0e}: MQAR {r['mqar_mean']:.3f} overwrite {r['overwrite_mean']:.3f} "
-                  f"loss {r['loss']:.3f} ({r['seconds']:.0f} s)", flush=True)
-            save()
-    wall = time.perf_counter() - start
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = kids.ru_utime + kids.ru_stime
-    data["wall_seconds"] = round(data["wall_seconds"] + wall, 1)
-    data["cpu_seconds"] = round(data["cpu_seconds"] + cpu, 1)
-    data.setdefault("calls", []).append(dict(
-        designs=sorted({n for n, _ in plan}, key=args.designs.index), runs=len(plan), jobs=args.jobs,
-        wall_seconds=round(wall, 1), cpu_seconds=round(cpu, 1), load_before=data["load_before"],
-        date=datetime.date.today().isoformat()))
+    for r in run_all(_run, [(n, lr, args.seed, args.grading) for n, lr in plan], args.jobs):
+        runs.append(r)
+        print(f"{r['name']:12s} lr {r['lr']:.0e}: MQAR {r['mqar_mean']:.3f} overwrite {r['overwrite_mean']:.3f} "
+              f"loss {r['loss']:.3f} ({r['seconds']:.0f} s)", flush=True)
+        save()
+    end_call(data, start, designs=sorted({n for n, _ in plan}, key=args.designs.index), runs=len(plan), jobs=args.jobs)
     save()
     return 0
 

@@ -23,14 +23,12 @@ import dataclasses
 import datetime
 import json
 import os
-import resource
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from sweep_book import end_call, run_all, start_call, write  # noqa: E402  (beside this script)
 LR_SWEEP = ROOT / "solutions" / "06_recall_per_byte" / "lr_sweep.json"
 
 
@@ -90,34 +88,20 @@ def main(argv=None) -> int:
                       f"{config.dim}, {config.n_heads} heads, "
                       f"{2 if args.grading else config.steps} steps of {config.batch_size} x {config.seq_len} tokens",
                 jobs=args.jobs, torch_threads=1, cpus=os.cpu_count(), date=datetime.date.today().isoformat())
-    data.setdefault("wall_seconds", 0.0)
-    data.setdefault("cpu_seconds", 0.0)
-    data["load_before"] = round(os.getloadavg()[0], 2)
-    start = time.perf_counter()
+    start = start_call(data)
 
     def save():
         data["runs"] = sorted(runs, key=lambda r: (args.designs.index(r["name"]) if r["name"] in args.designs
                                                    else len(args.designs), r["head_dim"], r["seed"]))
-        data["load_after"] = round(os.getloadavg()[0], 2)
-        out.write_text(json.dumps(data, indent=1) + "\n")
+        write(out, data)
 
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(_run, n, h, rates[n], s, args.grading) for n, h, s in plan]
-        for fut in as_completed(futures):
-            r = fut.result()
-            runs.append(r)
-            print(f"{r['name']:12s} head_dim {r['head_dim']:2d}, seed {r['seed']}: "
-                  f"MQAR {r['mqar_mean']:.3f} overwrite {r['overwrite_mean']:.3f} loss {r['loss']:.3f} "
-                  f"({r['bytes']:,} bytes, {r['params']:,} parameters, {r['seconds']:.0f} s)", flush=True)
-            save()
-    wall = time.perf_counter() - start
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = kids.ru_utime + kids.ru_stime
-    data["wall_seconds"] = round(data["wall_seconds"] + wall, 1)
-    data["cpu_seconds"] = round(data["cpu_seconds"] + cpu, 1)
-    data.setdefault("calls", []).append(dict(runs=len(plan), jobs=args.jobs, wall_seconds=round(wall, 1),
-                                             cpu_seconds=round(cpu, 1), load_before=data["load_before"],
-                                             date=datetime.date.today().isoformat()))
+    for r in run_all(_run, [(n, h, rates[n], s, args.grading) for n, h, s in plan], args.jobs):
+        runs.append(r)
+        print(f"{r['name']:12s} head_dim {r['head_dim']:2d}, seed {r['seed']}: "
+              f"MQAR {r['mqar_mean']:.3f} overwrite {r['overwrite_mean']:.3f} loss {r['loss']:.3f} "
+              f"({r['bytes']:,} bytes, {r['params']:,} parameters, {r['seconds']:.0f} s)", flush=True)
+        save()
+    end_call(data, start, runs=len(plan), jobs=args.jobs)
     save()
     return 0
 
