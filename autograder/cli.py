@@ -7,7 +7,7 @@ from pathlib import Path
 from autograder.publishing.build import BuildError
 from autograder.config import find_course_root
 from autograder.options import add_arguments, from_arguments
-from autograder.sandbox import SandboxUnavailable
+from autograder.engine.sandbox import SandboxUnavailable
 
 __all__ = ["main", "parser", "summary_lines"]
 
@@ -337,7 +337,7 @@ def _grade(args) -> int:
     _announce(args, sample)
     stops = (KeyboardInterrupt,)
     if args.scheduler:   # Dask is imported only for a cluster
-        from autograder.distributed import ClusterError
+        from autograder.engine.distributed import ClusterError
         stops += (ClusterError,)
     start = time.perf_counter()
     try:
@@ -367,7 +367,7 @@ def _grade(args) -> int:
     return 0
 
 
-# What an instructor can do about each isolation note of autograder.sandbox.isolation_notes.
+# What an instructor can do about each isolation note of autograder.engine.sandbox.isolation_notes.
 ISOLATION_ADVICE = {
     "NO SANDBOX": "regrade this class on Linux with bubblewrap installed (sudo apt-get install "
                   "bubblewrap) before publishing grades; until then treat them as provisional.",
@@ -549,7 +549,7 @@ def _canvas(args) -> int:
 
 
 def _check(args) -> int:
-    from autograder.check import check_notebook, format_report
+    from autograder.engine.check import check_notebook, format_report
     results, notes = check_notebook(args.notebook, from_arguments(args), course=args.course)
     print(format_report(Path(args.notebook).name, results, notes))
     return 0 if results and all(r.passed for r in results) else 1

@@ -40,7 +40,7 @@ import re
 
 import torch
 
-from autograder.wire import Opaque
+from autograder.engine.kernel.wire import Opaque
 from exercise_runner import _exec, _names, blank_answers, graded_cells, grader_namespace, solution_answers
 
 MAX_ITEMS = 8          # a tensor or sequence with more numbers than this is not written out in text

@@ -11,7 +11,7 @@ KILL_MARK = "kill-my-dask-worker"
 
 
 def dask_setup(worker):
-    from autograder import sandbox
+    from autograder.engine import sandbox
     run_submission = sandbox.run_submission
 
     def killing_run_submission(nb, *args, **kwargs):

@@ -4,8 +4,8 @@ No Jupyter kernel: a lesson's setup cells and the answer cells run in one namesp
 student's), and each graded test cell runs in a fresh namespace of its own (the grader's), which
 receives the student's names only as the grader's trust boundary passes them: through the
 grader's own code, not a copy of it. The namespace is the harness's
-(``autograder.calls.StudentNamespace``), its channel the in-process one of the dry run
-(``autograder.dryrun.LocalLink``: ``KernelLink`` and the ``autograder.wire`` codec, with a
+(``autograder.engine.calls.StudentNamespace``), its channel the in-process one of the dry run
+(``autograder.engine.dryrun.LocalLink``: ``KernelLink`` and the ``autograder.engine.kernel.wire`` codec, with a
 ``KernelServer`` answering from the student's namespace), so
 
 - data is copied through the codec; modules do not cross, so a test cell must import what it
@@ -36,8 +36,8 @@ import nbformat  # noqa: E402
 import torch  # noqa: E402
 
 from autograder.cells import is_solution, is_test_cell, nbgrader_meta  # noqa: E402
-from autograder.calls import StudentNamespace  # noqa: E402
-from autograder.dryrun import LocalLink  # noqa: E402
+from autograder.engine.calls import StudentNamespace  # noqa: E402
+from autograder.engine.dryrun import LocalLink  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_CELL = "course-setup"
@@ -108,7 +108,7 @@ def points_per_test(lesson: str) -> dict:
 
 # ------------------------------------------------------------------------------ the boundary
 class _Link(LocalLink):
-    """The in-process channel of the dry run (autograder.dryrun.LocalLink: the grader's
+    """The in-process channel of the dry run (autograder.engine.dryrun.LocalLink: the grader's
     KernelLink and codec, a KernelServer answering from the student's namespace), noting each
     call a test could not send (rule 3: an argument that is not data)."""
 
@@ -126,7 +126,7 @@ class _Link(LocalLink):
 
 
 def grader_namespace(student_ns: dict, violations: list) -> StudentNamespace:
-    """A fresh namespace for one test cell, the harness's own (autograder.calls.StudentNamespace)
+    """A fresh namespace for one test cell, the harness's own (autograder.engine.calls.StudentNamespace)
     over the in-process channel: every student name is fetched as the grader fetches it (data
     copied through the codec, functions as proxies, modules and private names left out)."""
     ns = StudentNamespace(_Link(student_ns, violations))
@@ -143,7 +143,7 @@ def _exec(source: str, ns: dict, name: str):
 
 def run_test_cell(source: str, ns: dict, name: str, points: float = None) -> Outcome:
     """Run a test cell; one that ends in a number below ``points`` (partial credit, as the
-    harness reads it: autograder.testcell) is "partial", with the "Hint:" lines it printed."""
+    harness reads it: autograder.engine.testcell) is "partial", with the "Hint:" lines it printed."""
     tree = ast.parse(source)
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     printed = io.StringIO()

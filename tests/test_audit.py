@@ -1,7 +1,7 @@
-"""The exercise rules read from the student's source on the trusted side (autograder.audit).
+"""The exercise rules read from the student's source on the trusted side (autograder.engine.audit).
 
 Issue 39: the rules' watcher (mlexp.rules) runs in the student's kernel, where the student's code
-can change its report. autograder.audit reads the submitted cells in the grader's process instead.
+can change its report. autograder.engine.audit reads the submitted cells in the grader's process instead.
 These tests hold it to the attacks of the issue (built in tests/corpus/build_corpus.py, which the
 grader corpus also grades end to end) and to every answer the course already has: no solution,
 demo student or lesson cell is flagged, and the demo students that call the library op are the
@@ -16,8 +16,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
-from autograder.audit import apply_audit, audit_notebook, lesson_key
-from autograder.copies import copied_library_code
+from autograder.engine.audit import apply_audit, audit_notebook, lesson_key
+from autograder.engine.copies import copied_library_code
 from autograder.cells import grade_id_of, is_test_cell
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from autograder.publishing.build import build, check_build
-from autograder.check import NotebookError, check_notebook, format_report
+from autograder.engine.check import NotebookError, check_notebook, format_report
 from autograder.cli import main
 from autograder.intake.collect import collect
 from autograder.config import find_course_root
@@ -166,7 +166,7 @@ def test_regrading_another_class_into_the_same_out_lists_only_that_class(course,
 
 @pytest.mark.slow
 def test_grade_class_runs_twice_in_one_process_and_leaves_nothing_behind(course, tmp_path, monkeypatch):
-    """Each run has its own executor and gradebook lock (autograder.sandbox.GradingRun): two
+    """Each run has its own executor and gradebook lock (autograder.engine.sandbox.GradingRun): two
     runs one after the other in one process, with -j 2, grade alike and leave the process as
     they found it (nbgrader's NBGRADER_EXECUTION, the working folder)."""
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)

@@ -159,7 +159,7 @@ def test_check_hints_names_a_hint_the_report_files_under_another_mistake():
     """A drawn hint is not enough: the class report must file it under the student's mistake id
     (the longest catalogued piece wins, so a shorter, more general piece can lose)."""
     from autograder.publishing.demo import _compare
-    from autograder.dryrun import Outcome
+    from autograder.engine.dryrun import Outcome
     from autograder.mistakes import Mistake
     error = "AssertionError: Hint: the gradient holds NaN: exp was taken above the diagonal (inf there)."
     expect = {"score": 0, "max_score": 4, "hints": {"t": "gradient holds NaN"}, "mistakes": ["grad_nan"]}

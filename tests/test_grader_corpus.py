@@ -26,12 +26,12 @@ import nbformat
 import pytest
 
 from autograder.publishing.build import build
-from autograder.check import check_notebook
+from autograder.engine.check import check_notebook
 from autograder.intake.collect import collect
 from autograder.grading.grade import grade_class
 from autograder.options import GradingOptions
 from autograder.intake.repair import normalise_name
-from autograder.sandbox import run_submission
+from autograder.engine.sandbox import run_submission
 from toy_course import ASSIGNMENT, HIDDEN_MARK, NOTEBOOK, make_toy_course
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "corpus"))

@@ -217,7 +217,7 @@ def test_a_venv_under_tmp_is_mounted_over_the_sandboxes_tmp(tmp_path, monkeypatc
     """The Python's environment under /tmp (a checkout in /tmp/x): bound read-only after the
     sandbox's own /tmp tmpfs, so it is visible; the job folder and the working folder, though
     on sys.path, are never mounted."""
-    from autograder import jail
+    from autograder.engine.jail import jail
     from autograder.options import GradingOptions
     import tempfile
     venv = Path(tempfile.mkdtemp(prefix="x-main-venv-", dir="/tmp"))
@@ -244,7 +244,7 @@ def test_a_venv_under_tmp_is_mounted_over_the_sandboxes_tmp(tmp_path, monkeypatc
 
 
 def test_the_sandbox_error_names_the_real_cause():
-    from autograder.jail import _failure
+    from autograder.engine.jail.jail import _failure
     cause, why = _failure("bwrap: execvp /tmp/x/main/.venv/bin/python: No such file or directory")
     assert cause == "layout" and "does not show this grader's Python" in why
     assert "bubblewrap cannot run" not in why
@@ -279,7 +279,7 @@ def test_a_python_under_tmp_runs_in_the_sandbox(tmp_path):
 
 
 # ---------------------------------------------------------------- 12: unusual strings and ints
-from autograder.wire import WireError, decode, encode, visible  # noqa: E402
+from autograder.engine.kernel.wire import WireError, decode, encode, visible  # noqa: E402
 
 ODD_VALUES = ["x\ud800", "\udc80tail", "ok \U0001f600 \ud83d", 10**5000, -(10**5000) - 1,
               2**64, -2**63 - 1, float("inf"), float("-inf"), complex(float("inf"), 1),
@@ -336,7 +336,7 @@ def test_a_kernel_with_odd_values_is_graded_not_flagged(tmp_path):
     no grader path), functions returning one, a 5,000-digit int or NaN pass their tests, an
     assertion quoting the surrogate is written, and nothing is reported as tampering."""
     from autograder.options import GradingOptions
-    from autograder.sandbox import run_submission
+    from autograder.engine.sandbox import run_submission
     from toy_course import ADD_SOLUTION, MUL_SOLUTION, toy_notebook
     nb = toy_notebook()
     tests = {"test_add": "assert lone() == 'x\\ud800' and big() == -10**5000\n"

@@ -17,12 +17,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "autograder"
 MAX_LINES = 400
 # What may look mutable at module level in the execution path, and why it is not grading state.
 ALLOWED_STATE = {
-    ("jail", "_PROBE"): "what bubblewrap can do on this machine: one answer per process",
-    ("jail", "_supports"): "whether the installed bubblewrap knows an option (lru_cache)",
-    ("seccomp", "_NUMBERS"): "a constant table of system call numbers",
-    ("seccomp", "ARCHES"): "a constant table built from _NUMBERS",
-    ("seccomp", "DENIED"): "a constant table built from _NUMBERS",
-    ("sandbox", "_LESSON_CODE"): "the lesson's own code cells, read once per release file (keyed by "
+    ("engine/jail/jail", "_PROBE"): "what bubblewrap can do on this machine: one answer per process",
+    ("engine/jail/jail", "_supports"): "whether the installed bubblewrap knows an option (lru_cache)",
+    ("engine/jail/seccomp", "_NUMBERS"): "a constant table of system call numbers",
+    ("engine/jail/seccomp", "ARCHES"): "a constant table built from _NUMBERS",
+    ("engine/jail/seccomp", "DENIED"): "a constant table built from _NUMBERS",
+    ("engine/sandbox", "_LESSON_CODE"): "the lesson's own code cells, read once per release file (keyed by "
                                  "its path and modification time) for the source reading (audit)",
 }
 
@@ -95,9 +95,12 @@ def mutable_state(path: Path) -> list:
     return found
 
 
-EXECUTION_PATH = ["sandbox", "harness", "calls", "notebook_client", "testcell", "kernel_server",
-                  "wire", "wire_format", "wire_encode", "wire_decode", "protocol", "jail", "grading/grade",
-                  "autograde", "publishing/releases", "distributed", "ipcfs", "seccomp", "cells"]
+EXECUTION_PATH = ["engine/sandbox", "engine/harness", "engine/calls", "engine/notebook_client",
+                  "engine/testcell", "engine/kernel/kernel_server", "engine/kernel/wire",
+                  "engine/kernel/wire_format", "engine/kernel/wire_encode",
+                  "engine/kernel/wire_decode", "engine/protocol", "engine/jail/jail", "grading/grade",
+                  "engine/autograde", "publishing/releases", "engine/distributed",
+                  "engine/jail/ipcfs", "engine/jail/seccomp", "cells"]
 
 
 def test_the_execution_path_keeps_no_mutable_state_at_module_level():

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from autograder.publishing.build import build
-from autograder.distributed import (ClusterError, DaskExecutor, _pack, _write_files, check_worker,
+from autograder.engine.distributed import (ClusterError, DaskExecutor, _pack, _write_files, check_worker,
                                     environment)
 from autograder.options import GradingOptions
 from dask_preload import KILL_MARK
@@ -51,7 +51,7 @@ READS_FILES = ("from pathlib import Path\n"
 
 def test_without_dask_the_grader_imports_and_says_what_to_install():
     code = ("import sys; sys.modules['distributed'] = None\n"
-            "import autograder, autograder.cli, autograder.grading.grade, autograder.distributed as d\n"
+            "import autograder, autograder.cli, autograder.grading.grade, autograder.engine.distributed as d\n"
             "from autograder.options import GradingOptions\n"
             "try:\n    d.DaskExecutor('tcp://127.0.0.1:1', GradingOptions())\n"
             "except d.ClusterError as exc:\n    print(exc)\n")
@@ -90,7 +90,7 @@ def test_a_worker_that_differs_is_unfit_and_says_how():
     check = check_worker(expected, GradingOptions())
     assert "environment differs" in check["unfit"] and "torch" in check["unfit"]
     assert "0.0.1 on the grading machine" in check["unfit"]
-    from autograder import jail
+    from autograder.engine.jail import jail
     if jail.probe()["ok"]:
         assert check_worker(environment(), GradingOptions())["unfit"] == ""
 

@@ -3,7 +3,7 @@
 nbgrader's autograde sets NBGRADER_EXECUTION in os.environ around each notebook and deletes it
 afterwards, from whichever thread grades; two grade_class runs at once in one process then
 delete it under each other (KeyError: "autograde failed"). The grader runs nbgrader's
-autograde without that (autograder.autograde.SandboxedAutograde) and gives the variable to each
+autograde without that (autograder.engine.autograde.SandboxedAutograde) and gives the variable to each
 harness from the job's mode instead. No kernel is started here: the sandboxed run is replaced by
 one that returns the notebook as it came, after a pause, so that the runs overlap.
 """
@@ -17,13 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 import nbformat
 from nbgrader.converters import Autograde
 
-from autograder import sandbox
-from autograder.autograde import SandboxedAutograde
+from autograder.engine import sandbox
+from autograder.engine.autograde import SandboxedAutograde
 from autograder.publishing.build import build
 from autograder.publishing.demo import student_notebook
 from autograder.grading.grade import grade_class
 from autograder.options import GradingOptions
-from autograder.protocol import Report
+from autograder.engine.protocol import Report
 from toy_course import ADD_SOLUTION, ASSIGNMENT, NOTEBOOK, make_toy_course
 
 

@@ -1,4 +1,4 @@
-"""autograder.wire's wire format: what crosses from a student's kernel is plain data, never code."""
+"""autograder.engine.kernel.wire's wire format: what crosses from a student's kernel is plain data, never code."""
 import json
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.wire import Opaque, WireError, decode, decode_json, encode, encode_json
+from autograder.engine.kernel.wire import Opaque, WireError, decode, decode_json, encode, encode_json
 
 
 def roundtrip(value, **kw):
@@ -138,7 +138,7 @@ def test_modules_of_other_packages_are_refused():
 
 
 def test_too_much_data_is_refused(monkeypatch):
-    import autograder.wire as g
+    import autograder.engine.kernel.wire as g
     monkeypatch.setattr(g, "MAX_BYTES", 1000)
     with pytest.raises(WireError, match="more than 1000 bytes"):
         encode(torch.zeros(1000))

@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 from autograder.options import GradingOptions
-from autograder.sandbox import run_submission
+from autograder.engine.sandbox import run_submission
 from toy_course import _solution, _test
 
 STUDENT = '''import torch
@@ -163,7 +163,7 @@ def test_changes_undone_after_the_tests_and_to_the_channel_are_flagged(tmp_path)
     assert not report["kernel"], report
     for name in ("math.sqrt", "mlexp.rules.Trace", "IPython display publisher"):
         assert name in report["tampered"], report
-    assert "proves a change, not its effect" in " ".join(__import__("autograder.protocol", fromlist=["Report"])
+    assert "proves a change, not its effect" in " ".join(__import__("autograder.engine.protocol", fromlist=["Report"])
                                                          .Report.from_dict(report).reasons())
 
 
@@ -201,7 +201,7 @@ METADATA_UPDATE = ("display({'text/plain': 'a'}, raw=True, display_id='d')\n"
 
 @pytest.mark.slow
 def test_display_metadata_counts_against_the_output_caps(tmp_path):
-    from autograder.harness import run_notebook
+    from autograder.engine.harness import run_notebook
     cells = [nbformat.v4.new_code_cell(METADATA_DISPLAYS),
              nbformat.v4.new_code_cell("from IPython.display import display, update_display\n" + METADATA_UPDATE)]
     (tmp_path / "job").mkdir()
@@ -270,8 +270,8 @@ def test_output_still_arriving_when_the_wait_ends_is_said_lost(tmp_path, monkeyp
     ends with an "[output lost" line and the report's notes name the cell. (The default wait,
     OUTPUT_WAIT_S, is what keeps the tail of such a loop, final print included.) The messages are
     few enough that no ZMQ queue on the way drops any, so what is lost is decided by the wait."""
-    from autograder import notebook_client
-    from autograder.harness import run_notebook
+    from autograder.engine import notebook_client
+    from autograder.engine.harness import run_notebook
     monkeypatch.setattr(notebook_client, "OUTPUT_WAIT_S", 1)
     output = notebook_client.HarnessClient.output
 
@@ -299,7 +299,7 @@ def test_a_progress_bar_shows_its_last_state(tmp_path):
     """tqdm's notebook bar is a widget; a feedback page runs no script and shows the view's text,
     which was the bar as first displayed ("0/5") until the harness wrote in the widget's last state."""
     pytest.importorskip("ipywidgets")
-    from autograder.harness import run_notebook
+    from autograder.engine.harness import run_notebook
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "from tqdm.auto import tqdm\nfor i in tqdm(range(5), desc='epochs'):\n    pass")])
     (tmp_path / "job").mkdir()
@@ -311,7 +311,7 @@ def test_a_progress_bar_shows_its_last_state(tmp_path):
 
 
 def test_widget_text_draws_what_it_can_and_declines_the_rest():
-    from autograder.notebook_client import widget_text
+    from autograder.engine.notebook_client import widget_text
     states = {"box": {"_model_name": "HBoxModel", "children": ["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"]},
               "l": {"_model_name": "HTMLModel", "value": "<b>loss</b>&nbsp;"},
               "p": {"_model_name": "IntProgressModel", "value": 3, "min": 0, "max": 10},
@@ -331,7 +331,7 @@ def test_widget_text_draws_what_it_can_and_declines_the_rest():
 def test_a_widget_view_text_grows_no_longer_than_its_capped_text():
     """The text written in for a widget view is cut to the text it replaces (or 200 characters),
     so views whose widgets hold long labels cannot carry output past the caps."""
-    from autograder.notebook_client import WIDGET_VIEW, HarnessClient
+    from autograder.engine.notebook_client import WIDGET_VIEW, HarnessClient
     view = nbformat.v4.new_output("display_data", data={"text/plain": "0/5",
                                                          WIDGET_VIEW: {"model_id": "m"}})
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[view])])
@@ -342,7 +342,7 @@ def test_a_widget_view_text_grows_no_longer_than_its_capped_text():
 
 
 def test_kernels_graded_side_by_side_share_the_cores():
-    from autograder.jail import shared_threads
+    from autograder.engine.jail.jail import shared_threads
     assert [shared_threads(j, 16) for j in (1, 2, 3, 16, 40)] == [16, 8, 5, 1, 1]
     assert shared_threads(0, 2) == shared_threads(None, 2) == 2
 
@@ -358,7 +358,7 @@ def test_the_kernel_runs_torch_on_its_share_of_threads(tmp_path, sandboxed):
     if sandboxed:
         executed, report = run_submission(nb, tmp_path, options)
     else:
-        from autograder.harness import run_notebook
+        from autograder.engine.harness import run_notebook
         (tmp_path / "job").mkdir()
         executed, report = run_notebook(nb, options=options, job_dir=tmp_path / "job",
                                         sandbox=False, cwd=tmp_path)

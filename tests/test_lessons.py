@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.check import check_notebook
+from autograder.engine.check import check_notebook
 from autograder.intake.collect import collect
 from autograder.config import KERNEL_ARGS, list_assignments
 from autograder.publishing.demo import load_catalog

@@ -1,6 +1,6 @@
 """Partial credit (nbgrader's: a test cell ends in a number) scored on the trusted side only.
 
-The fast tests check autograder.partial's data-flow rule and `build --check`; the slow one
+The fast tests check autograder.engine.partial's data-flow rule and `build --check`; the slow one
 grades a toy lesson with four such tests: one that scores 1 of 2 for a half-right answer, one
 whose score is over its points (capped), one that ends in a call of the student's function
 (refused: a student returning the cell's points must not get them), and one that ends in a
@@ -16,7 +16,7 @@ from autograder.cli import main
 from autograder.publishing.demo import student_notebook
 from autograder.grading.grade import grade_class
 from autograder.options import GradingOptions
-from autograder.partial import credit, last_expression_problems, student_derived
+from autograder.engine.partial import credit, last_expression_problems, student_derived
 from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, \
     _solution, _test, make_toy_course
 

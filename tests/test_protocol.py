@@ -1,9 +1,9 @@
-"""The grader's cross-process contracts (autograder.protocol): each round-trips, defaults in one place,
+"""The grader's cross-process contracts (autograder.engine.protocol): each round-trips, defaults in one place,
 and a job of another protocol version is refused where a Dask worker receives it."""
 import pytest
 
 from autograder.options import GradingOptions
-from autograder.protocol import (VERSION, Job, KernelReply, KernelRequest, ProtocolMismatch,
+from autograder.engine.protocol import (VERSION, Job, KernelReply, KernelRequest, ProtocolMismatch,
                                  RemoteJob, Report)
 
 

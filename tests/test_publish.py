@@ -80,7 +80,7 @@ def test_the_scan_finds_each_kind_of_leak(edition, tmp_path):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("inner/mistakes.json", "{}")
-        zf.writestr("inner/wire.py", (REPO / "autograder" / "wire.py").read_text())
+        zf.writestr("inner/wire.py", (REPO / "autograder" / "engine" / "kernel" / "wire.py").read_text())
     (leaky / "dist").mkdir()
     (leaky / "dist" / "extra.zip").write_bytes(buf.getvalue())
     demo = next((REPO / "autograder" / "demo" / "submissions").iterdir())
@@ -89,7 +89,7 @@ def test_the_scan_finds_each_kind_of_leak(edition, tmp_path):
     assert "notes.md: holds a line of a solution cell" in found
     assert "lessons/01_running_sum/01_running_sum.ipynb: holds a line of a hidden test" in found
     assert "dist/extra.zip!inner/mistakes.json: a mistake catalogue" in found
-    assert "dist/extra.zip!inner/wire.py: holds a line of the grader's module autograder/wire.py" in found
+    assert "dist/extra.zip!inner/wire.py: holds a line of the grader's module autograder/engine/kernel/wire.py" in found
     assert f"more/{demo.name}/" in found and "a notebook of the demo class" in found
     assert len(scan(REPO / "solutions", REPO)) >= 2 * len(LESSONS)   # the answers themselves
 

@@ -4,8 +4,8 @@ import sys
 import pytest
 import torch
 
-from autograder import wire
-from autograder.kernel_server import KernelServer
+from autograder.engine.kernel import wire
+from autograder.engine.kernel.kernel_server import KernelServer
 from mlexp import rules
 from mlexp.ops import linear_attention as renamed
 
@@ -51,7 +51,7 @@ def test_a_loop_over_t_is_seen_from_the_count_of_torch_operations():
 
 
 def test_the_kernel_side_of_the_wire_watches_a_call_and_sends_the_trace_as_data():
-    """What the harness gets back from a watched call (autograder.harness StudentFunction._watched_call)."""
+    """What the harness gets back from a watched call (autograder.engine.harness StudentFunction._watched_call)."""
     for fn, used in ((own, []), (library, ["mlexp.ops.linear_attention(impl='chunk')"])):
         server = KernelServer(namespace=dict)
         server.refs.append(fn)
@@ -361,7 +361,7 @@ def test_in_time_passes_a_fast_form_and_fails_a_slow_one_with_its_hint():
 
 
 def test_in_time_hands_its_limit_to_a_graders_proxy():
-    """A grader's proxy gets (seconds, hint) and keeps the time itself (autograder.calls)."""
+    """A grader's proxy gets (seconds, hint) and keeps the time itself (autograder.engine.calls)."""
     seen = {}
 
     class Proxy:

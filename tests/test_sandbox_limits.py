@@ -4,7 +4,7 @@ Issue 25, item 3: the kernel's connection folder was a writable folder of the gr
 submission filled it and the honest student graded beside it at -j 2 got 0/10 "the grading
 harness failed", recorded with ``retry: false``. Now the working folder, /tmp and /dev/shm share
 ``--scratch-mb`` and the connection folder is a 1 MiB tmpfs of the harness
-(:mod:`autograder.ipcfs`); a harness that fails is run again, and marked to be graded again
+(:mod:`autograder.engine.jail.ipcfs`); a harness that fails is run again, and marked to be graded again
 next run when it fails twice. Each runs with TMPDIR under /tmp and outside it.
 """
 import ast
@@ -17,7 +17,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import ipcfs, jail, sandbox
+from autograder.engine import sandbox
+from autograder.engine.jail import ipcfs
+from autograder.engine.jail import jail
 from autograder.options import GradingOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "corpus"))

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from autograder import jail, seccomp
+from autograder.engine.jail import seccomp
+from autograder.engine.jail import jail
 from autograder.options import GradingOptions
 
 
 def run_filter(prog: bytes, nr: int, arch: int, args=(0,) * 6) -> int:
     """What the filter ``prog`` returns for one system call (a classic-BPF interpreter of the
-    instructions :mod:`autograder.seccomp` uses; anything else fails the test)."""
+    instructions :mod:`autograder.engine.jail.seccomp` uses; anything else fails the test)."""
     data = struct.pack("<iIQ6Q", nr, arch, 0, *[a & 2**64 - 1 for a in (list(args) + [0] * 6)[:6]])
     insns = [struct.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
     pc, acc = 0, 0
@@ -158,7 +159,7 @@ def test_without_seccomp_in_bubblewrap_the_isolation_notes_say_so(monkeypatch):
     monkeypatch.setattr(jail, "_supports", lambda option: option != "--seccomp")
     assert "no --seccomp" in jail.seccomp_missing()
     monkeypatch.setattr(jail, "probe", lambda: {"ok": True, "as_root": True, "why": ""})
-    from autograder.sandbox import isolation_notes
+    from autograder.engine.sandbox import isolation_notes
     assert any("system calls are not filtered" in n for n in isolation_notes(GradingOptions()))
     monkeypatch.setattr(seccomp, "supported", lambda machine=None: False)
     assert "no seccomp filter is written for this machine" in jail.seccomp_missing()

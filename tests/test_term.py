@@ -335,7 +335,7 @@ def no_kernel(monkeypatch):
     import jupyter_client
     from nbgrader.apps import NbGraderAPI
 
-    from autograder import sandbox
+    from autograder.engine import sandbox
     from autograder.grading import grade
 
     def refuse(*args, **kwargs):

@@ -1,6 +1,6 @@
 """Every graded test cell can run in the grader's trusted harness as it runs in the notebook.
 
-The harness (autograder.harness) runs a test cell in a fresh namespace of its own and fetches
+The harness (autograder.engine.harness) runs a test cell in a fresh namespace of its own and fetches
 from the student's kernel only the names the test uses but does not define. So a test cell must
 import every module it uses, may use no name that only another test or a lesson cell defines,
 and no lesson cell may depend on a name that a test cell defines (while grading, test names

@@ -3,12 +3,12 @@
 One run: collect the submissions (a folder or an LMS zip), choose and repair each student's
 notebook against the released lesson, then for each student not already graded with the same
 bytes, let nbgrader autograde it with execution moved into the trusted harness (test cells run
-there, the student's cells in a sandboxed kernel: autograder.sandbox), render feedback without
+there, the student's cells in a sandboxed kernel: autograder.engine.sandbox), render feedback without
 hidden tests, and commit the result to the journal (autograder.journal). ``jobs`` students run
 at once; everything that touches the gradebook is serialised in this process (the only writer
 of grades). With a Dask scheduler, each submission's sandboxed run goes to a worker of that
-cluster instead (autograder.distributed); everything else stays here. nbgrader's part, one
-student at a time, is autograder.autograde; the releases graded against, autograder.publishing.releases.
+cluster instead (autograder.engine.distributed); everything else stays here. nbgrader's part, one
+student at a time, is autograder.engine.autograde; the releases graded against, autograder.publishing.releases.
 """
 import os
 import shutil
@@ -22,8 +22,10 @@ import nbformat
 from sqlalchemy.exc import SAWarning
 from tqdm.auto import tqdm
 
-from autograder import ids, jail, sandbox
-from autograder.autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
+from autograder import ids
+from autograder.engine import sandbox
+from autograder.engine.jail import jail
+from autograder.engine.autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
 from autograder.cells import grade_id_of, is_graded, nbgrader_meta
 from autograder.intake.collect import DEFAULT_MAX_BYTES, choose_notebook, collect
 from autograder.config import list_assignments
@@ -164,7 +166,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     each kernel with this machine's cores divided by ``jobs`` as its torch/OpenMP threads unless
     ``options.kernel_threads`` is set.
     ``scheduler`` (a Dask scheduler address) runs each submission on that cluster's workers
-    (autograder.distributed; ``jobs`` then defaults to twice its worker threads) and writes
+    (autograder.engine.distributed; ``jobs`` then defaults to twice its worker threads) and writes
     each worker's isolation notes to ``out/isolation.txt``. ``term`` (autograder.term.termfile.Term)
     gives due dates, late rule and extensions, applied to grades.csv and the report (never in
     the gradebook), and is recorded in ``out`` for later runs (None: the recorded one, if
@@ -230,7 +232,7 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
             todo.append(job)
     max_scores = {}
     if scheduler and todo:   # connect only when something is left to run
-        from autograder.distributed import DaskExecutor
+        from autograder.engine.distributed import DaskExecutor
         grader.cluster = DaskExecutor(scheduler, options)
         run.executor = grader.cluster
         jobs = jobs or 2 * max(1, grader.cluster.threads)

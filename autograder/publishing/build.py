@@ -93,13 +93,13 @@ def check_test_cells(root: Path) -> list:
     """Test cells of ``solutions/`` that would not grade as their author means; [] when none.
 
     A test cell whose last statement is an expression is read as a partial-credit score
-    (nbgrader's convention, autograder.partial); one whose expression may carry a value of the
+    (nbgrader's convention, autograder.engine.partial); one whose expression may carry a value of the
     student's code would be refused when grading (scored 0, sent for review), so it is reported
     here first: ``solutions/<id>/<nb>.ipynb: test cell 'x': <why>``.
     """
     import nbformat
 
-    from autograder.partial import last_expression_problems
+    from autograder.engine.partial import last_expression_problems
     root, found = Path(root), []
     for a in list_assignments(root):
         for path in sorted((root / "solutions" / a).glob("*.ipynb")):

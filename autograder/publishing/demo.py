@@ -164,7 +164,7 @@ def _released_answers(solution_nb):
 
 
 def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False, students=None) -> tuple:
-    """Grade every catalogued demo student in this process (autograder.dryrun) against the
+    """Grade every catalogued demo student in this process (autograder.engine.dryrun) against the
     current ``solutions/`` and compare with the catalogue's ``expect``.
 
     Each student is rebuilt from the solution notebook (not from lessons/ or the committed demo
@@ -175,7 +175,7 @@ def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False, s
     """
     from tqdm.auto import tqdm
 
-    from autograder.dryrun import run_exercises
+    from autograder.engine.dryrun import run_exercises
     problems, checked = [], 0
     catalogs = load_catalog(demo_dir)
     chosen = {a: {s: spec for s, spec in cat["students"].items() if students is None or s in students}

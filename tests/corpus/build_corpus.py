@@ -122,7 +122,7 @@ L01_CASES = {
     "l01_equal_objects": ("graded", 0, ""),
     "l01_exits_when_tested": ("needs manual review", 0, "the kernel died"),
     # inspect.stack() and sys._getframe in an answer of a lesson with rules: held for review
-    # (autograder.audit, issue 39), the points kept
+    # (autograder.engine.audit, issue 39), the points kept
     "l01_prints_history": ("needs manual review", 10, "imports inspect"),
     "l01_colab_stripped_filler": ("graded", 10, "re-attached by source similarity"),
     "l01_crlf": ("graded", 10, ""),
@@ -650,7 +650,7 @@ def lesson01_cases(lesson, solution) -> dict:
 
 
 # Issue 39, items 1 and 2: the exercise rules' watcher runs in the student's kernel, so these
-# answers try to get past it; autograder.audit reads the source where they cannot reach.
+# answers try to get past it; autograder.engine.audit reads the source where they cannot reach.
 SWAPS_TRACE = """
 import mlexp.ops
 import mlexp.rules

@@ -1,13 +1,13 @@
 """The kernel side of the grader's channel: a server answering the harness's requests.
 
-:class:`KernelServer` runs inside the student's kernel. The harness (autograder.calls
-``KernelLink.install``) sends this module's source, after the codec's (:mod:`autograder.wire` and
+:class:`KernelServer` runs inside the student's kernel. The harness (autograder.engine.calls
+``KernelLink.install``) sends this module's source, after the codec's (:mod:`autograder.engine.kernel.wire` and
 its parts), into the kernel as ``sys.modules["_autograder_wire"]``, where one server answers
 each request cell (``kernel_request``) with a display message of type :data:`WIRE_MIME`. It is
 part of the untrusted side: a student may replace it, which can only change the values of the
 student's own names, never a test. Requests and replies are the kernel contract of
-:mod:`autograder.protocol`. A server built here on the trusted side (the in-process dry run,
-:mod:`autograder.dryrun`) answers from a namespace it is given, with tables of its own.
+:mod:`autograder.engine.protocol`. A server built here on the trusted side (the in-process dry run,
+:mod:`autograder.engine.dryrun`) answers from a namespace it is given, with tables of its own.
 """
 import builtins
 import json
@@ -232,7 +232,7 @@ class KernelServer:
         "kwargs": nodes, "grad": bool}``, ``{"op": "backward", "graph": n, "grads": nodes}``,
         ``{"op": "snapshot", "import": [...]}`` and ``{"op": "tamper_report"}``. Replies carry
         ``value`` (wire nodes), or ``error`` (the exception's built-in types and message), or
-        ``missing`` / ``module`` for a lookup (autograder.protocol.KernelReply).
+        ``missing`` / ``module`` for a lookup (autograder.engine.protocol.KernelReply).
         """
         try:
             reply = self.answer(json.loads(text))
@@ -350,7 +350,7 @@ class KernelServer:
         code was written in the notebook, so replacing the first copy hides nothing. What passes
         a report on its way out (IPython's display publisher, the kernel's message session) is
         reported when it changed at all; a change there can still rewrite the reply itself, which
-        is why the grader also reads the notebook's source (autograder.audit).
+        is why the grader also reads the notebook's source (autograder.engine.audit).
         """
         snap = self.before or None
         changed = []

@@ -1,7 +1,7 @@
 """`check`: a student's self-check, run exactly as `grade` runs a submission, visible tests only.
 
 The notebook is repaired against the released lesson (so a deleted or edited test cell is put
-back), then run by the same harness as `grade` (:mod:`autograder.sandbox`): the student's cells in
+back), then run by the same harness as `grade` (:mod:`autograder.engine.sandbox`): the student's cells in
 their own kernel, sandboxed where bubblewrap can run, and every test cell outside it. A patched
 `showtraceback`, a swallowed exception or a deleted test cannot turn a FAIL into a PASS, and a
 cell that runs out of time is a FAIL row that says so.
@@ -61,9 +61,9 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     missing or unreadable file.
     """
     from autograder.cells import is_test_cell
-    from autograder.jail import probe
-    from autograder.protocol import Report
-    from autograder.sandbox import run_submission
+    from autograder.engine.jail.jail import probe
+    from autograder.engine.protocol import Report
+    from autograder.engine.sandbox import run_submission
     path = Path(path).resolve()
     nb, notes = _read(path)
     root, release = find_release(path, course)
@@ -82,7 +82,7 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     report = Report.from_dict(raw)
     if executed is None:
         raise NotebookError(f"{path.name} could not be run: {'; '.join(report.review)}")
-    from autograder.notebook_client import NOT_RUN_ENAME, TIMEOUT_ENAME
+    from autograder.engine.notebook_client import NOT_RUN_ENAME, TIMEOUT_ENAME
     special = {TIMEOUT_ENAME: ("timed out", True), NOT_RUN_ENAME: ("not run", False)}
     results = [result_of(cell, special) for cell in executed.cells if is_test_cell(cell)]
     for what in report.timeouts:

@@ -41,9 +41,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from autograder.cells import grade_id_of, is_test_cell
-from autograder.audit_code import code_in_strings, dynamic_code, loops
-from autograder.audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
-from autograder.copies import copied_library_code
+from autograder.engine.audit_code import code_in_strings, dynamic_code, loops
+from autograder.engine.audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
+from autograder.engine.copies import copied_library_code
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 
@@ -99,7 +99,7 @@ def _parse(source: str):
 class _Names:
     """Every import of the notebook's cells, and each top-level name assigned a library object:
     name -> dotted path, the last one wins (what code the grader cannot read is judged by;
-    the rules' verdicts follow autograder.audit_names.Bindings, in notebook order)."""
+    the rules' verdicts follow autograder.engine.audit_names.Bindings, in notebook order)."""
 
     def __init__(self):
         self.imports = {}

@@ -1,4 +1,4 @@
-"""Decoding: wire nodes rebuilt as plain values (autograder.wire).
+"""Decoding: wire nodes rebuilt as plain values (autograder.engine.kernel.wire).
 
 Only built-in types, plain tensors and arrays come out, each node checked (kind, dtype, shape,
 byte count, depth) and charged to the crossing's budget; a reference becomes what the caller's

@@ -1,7 +1,7 @@
 """Values across the grader's trust boundary: a plain-data wire format (the codec, no state).
 
 The course's grader never runs a test cell in the student's process. The student's kernel runs
-the student's cells; each test cell runs in a separate, trusted process (``autograder.harness``)
+the student's cells; each test cell runs in a separate, trusted process (``autograder.engine.harness``)
 where every name the test uses but does not define is fetched from the kernel *as data*:
 
 - ``None``, bools, ints, floats, complex numbers, strings and bytes (any of them: an int of
@@ -19,15 +19,15 @@ arguments and results crossing the same way (arguments may also be ``torch.nn`` 
 in the kernel from their parameters). Anything else arrives as an opaque marker that fails every
 use with a clear TypeError. Nothing in this format can carry code or a class.
 
-The kernel side of the channel (:mod:`autograder.kernel_server`) runs inside the student's
+The kernel side of the channel (:mod:`autograder.engine.kernel.kernel_server`) runs inside the student's
 kernel with a copy of this module; the harness sends it one JSON request per cell and reads the
 answer from a display message of type :data:`WIRE_MIME`. The same codec on the trusted side
 only decodes what comes back and encodes a test's arguments. Design notes: the "Trust
 boundary" section of the course's design.
 
 This module is the codec's face; its parts, in the order they are sent into the kernel ahead
-of it: :mod:`autograder.wire_format` (what may cross, the errors, :class:`Opaque`),
-:mod:`autograder.wire_encode` (values to nodes) and :mod:`autograder.wire_decode` (nodes to
+of it: :mod:`autograder.engine.kernel.wire_format` (what may cross, the errors, :class:`Opaque`),
+:mod:`autograder.engine.kernel.wire_encode` (values to nodes) and :mod:`autograder.engine.kernel.wire_decode` (nodes to
 plain values).
 """
 import json

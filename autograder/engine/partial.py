@@ -2,7 +2,7 @@
 
 nbgrader awards part of a test cell's points when the cell ends in an expression whose value is
 a number (``nbgrader.utils.determine_grade`` reads the cell's ``execute_result``). In this course
-the test runs in the trusted harness (:mod:`autograder.harness`) and the student's values reach
+the test runs in the trusted harness (:mod:`autograder.engine.harness`) and the student's values reach
 it as data, so a number could still come from the student: a test ending in ``f(x)`` would
 score whatever the student's ``f`` returns. This module decides whether a last expression may
 be a score:

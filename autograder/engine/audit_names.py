@@ -1,4 +1,4 @@
-"""What a name of a notebook is bound to when a test calls a student's function (autograder.audit).
+"""What a name of a notebook is bound to when a test calls a student's function (autograder.engine.audit).
 
 The harness runs a notebook's cells top to bottom, so when the test of cell P calls a student's
 function, each global name the function uses holds what the cells before P last bound to it.

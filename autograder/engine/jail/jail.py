@@ -1,7 +1,7 @@
 """The OS sandbox around one student's kernel: a bubblewrap command, its limits and its probe.
 
 :func:`sandbox_command` returns the words to put before the kernel's own command line. They start
-``python -m autograder.jail``, a short trusted step that applies the resource limits, asks to be
+``python -m autograder.engine.jail.jail``, a short trusted step that applies the resource limits, asks to be
 killed with its parent, leaves root for a uid of its own (when the grader runs as root) and then
 executes bubblewrap (``bwrap``), which gives the kernel:
 
@@ -11,10 +11,10 @@ executes bubblewrap (``bwrap``), which gives the kernel:
   and its environment, the ``mlexp`` package (at /opt/course/mlexp, never the course root), the
   course's data files; and, writable, a working folder, /tmp and /dev/shm, size-limited tmpfs
   that share ``--scratch-mb`` (:func:`scratch_caps`), and the folder of the kernel's own sockets
-  (a 1 MiB tmpfs of the harness, :mod:`autograder.ipcfs`);
+  (a 1 MiB tmpfs of the harness, :mod:`autograder.engine.jail.ipcfs`);
 - an environment cleared to a short allow-list;
 - ``--die-with-parent``: the whole sandbox ends with the process that started it;
-- a seccomp filter (:mod:`autograder.seccomp`): no user namespace, io_uring, keyring, bpf,
+- a seccomp filter (:mod:`autograder.engine.jail.seccomp`): no user namespace, io_uring, keyring, bpf,
   mount, ptrace, ... system call (:func:`seccomp_missing` says where it cannot be had).
 
 Limits (``resource``): address space, CPU time, number of processes and threads, file size, no
@@ -120,7 +120,7 @@ def scratch_caps(options) -> dict:
     """Bytes of each writable tmpfs of the sandbox, by its path there: the working folder gets
     half of ``options.scratch_mb``, /tmp and /dev/shm a quarter each, so that together they
     hold scratch_mb MiB at most. (The kernel's connection folder, the only other writable place,
-    is a tmpfs of :data:`autograder.ipcfs.IPC_MB` MiB that the harness mounts.) A tmpfs lives
+    is a tmpfs of :data:`autograder.engine.jail.ipcfs.IPC_MB` MiB that the harness mounts.) A tmpfs lives
     in memory, outside the address-space limit: one submission may use ``memory_mb`` +
     ``scratch_mb`` + IPC_MB MiB of the machine's memory, and none of its disk."""
     total = options.scratch_mb * 2**20
@@ -188,16 +188,16 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     limits = {"memory_mb": options.memory_mb, "cpu_seconds": options.cpu_seconds,
               "max_processes": options.max_processes if uid is not None else 0,
               "max_file_mb": options.max_file_mb, "uid": uid, "stage": str(Path(job_dir) / "stage")}
-    return [sys.executable, "-m", "autograder.jail", json.dumps(limits), "--"] + args + ["--"]
+    return [sys.executable, "-m", "autograder.engine.jail.jail", json.dumps(limits), "--"] + args + ["--"]
 
 
 SECCOMP_PLACEHOLDER = "SECCOMP_FD"
 
 
 def seccomp_missing() -> str:
-    """Why the kernel runs without the seccomp filter of :mod:`autograder.seccomp` ("" when it
+    """Why the kernel runs without the seccomp filter of :mod:`autograder.engine.jail.seccomp` ("" when it
     has it): this bubblewrap has no ``--seccomp`` (before 0.3), or no table for this machine."""
-    from autograder import seccomp
+    from autograder.engine.jail import seccomp
     if not seccomp.supported():
         import platform
         return f"no seccomp filter is written for this machine ({platform.machine()})"
@@ -351,7 +351,7 @@ def _stage(words: list, stage: Path, as_root: bool) -> list:
 
 
 def main(argv=None) -> int:
-    """``python -m autograder.jail LIMITS_JSON -- COMMAND...``: limit, drop root, exec COMMAND."""
+    """``python -m autograder.engine.jail.jail LIMITS_JSON -- COMMAND...``: limit, drop root, exec COMMAND."""
     argv = sys.argv[1:] if argv is None else argv
     limits, command = json.loads(argv[0]), argv[2:]
     apply_limits(limits)
@@ -364,7 +364,7 @@ def main(argv=None) -> int:
     uid = limits.get("uid")
     command = _stage(command, Path(limits["stage"]), uid is not None)
     if SECCOMP_PLACEHOLDER in command:   # bubblewrap reads the filter from an inherited fd
-        from autograder.seccomp import program_fd
+        from autograder.engine.jail.seccomp import program_fd
         command[command.index(SECCOMP_PLACEHOLDER)] = str(program_fd())
     if uid is not None:
         os.setgroups([])

@@ -1,7 +1,7 @@
 """Grading on a Dask cluster: each submission's sandboxed run goes to a worker, the rest stays here.
 
 ``python -m autograder grade ... --scheduler ADDRESS`` grades exactly as on one machine, except
-that the one call that runs a submission (:func:`autograder.sandbox.run_submission`: harness,
+that the one call that runs a submission (:func:`autograder.engine.sandbox.run_submission`: harness,
 sandboxed kernel, test cells) happens on a ``dask.distributed`` worker. What travels is data: the
 repaired notebook (JSON), the files beside it (bytes), the GradingOptions and the lesson and
 student ids (naming the task) go out; the executed notebook (JSON), the harness report and the
@@ -40,9 +40,10 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import jail, sandbox
+from autograder.engine import sandbox
+from autograder.engine.jail import jail
 from autograder.options import GradingOptions
-from autograder.protocol import RemoteJob, Report
+from autograder.engine.protocol import RemoteJob, Report
 
 try:   # the plugin's base class; without dask the module still imports (and the CLI says why)
     from distributed.diagnostics.plugin import WorkerPlugin
@@ -199,11 +200,11 @@ def run_remote(payload: dict) -> dict:
     executed notebook JSON or None, "report", "worker", "host", "notes"}`` (the report also
     names the worker, and how many workers died under this submission before). Raises WorkerUnfit
     when this worker differs from the grading machine (or reads another protocol version,
-    :data:`autograder.protocol.VERSION`); returns a report asking for review, without running,
+    :data:`autograder.engine.protocol.VERSION`); returns a report asking for review, without running,
     when :data:`WORKER_DEATHS` workers already died under this submission."""
     from distributed import get_worker
 
-    from autograder.protocol import ProtocolMismatch
+    from autograder.engine.protocol import ProtocolMismatch
     worker = get_worker()
     try:
         job = RemoteJob.from_dict(payload)
@@ -263,7 +264,7 @@ QUIET_LOGGERS = ("distributed.client", "distributed.batched", "distributed.core"
 class DaskExecutor:
     """The grading process's side: connects to the scheduler, checks the workers present, and
     runs one submission per call on the cluster (the executor of an
-    :class:`autograder.sandbox.GradingRun`, called from nbgrader's Execute step with the
+    :class:`autograder.engine.sandbox.GradingRun`, called from nbgrader's Execute step with the
     gradebook lock released).
 
     Raises ClusterError when dask.distributed is not installed, the scheduler cannot be reached

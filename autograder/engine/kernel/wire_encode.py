@@ -1,4 +1,4 @@
-"""Encoding (either side): a value as JSON-compatible wire nodes (autograder.wire).
+"""Encoding (either side): a value as JSON-compatible wire nodes (autograder.engine.kernel.wire).
 
 Built-in values cross as what they hold (a subclass's own methods never run), tensors and numpy
 arrays as dtype, shape and raw bytes, ``torch.nn`` modules (trusted side only) as class path,

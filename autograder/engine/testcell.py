@@ -1,5 +1,5 @@
 """Running one graded test cell on the trusted side, within its time limit, with its output capped
-and its partial credit checked (autograder.harness runs each test cell of a notebook with it)."""
+and its partial credit checked (autograder.engine.harness runs each test cell of a notebook with it)."""
 import ast
 import contextlib
 import io
@@ -10,10 +10,10 @@ import traceback
 
 import nbformat
 
-from autograder import partial
-from autograder.calls import StudentNamespace
+from autograder.engine import partial
+from autograder.engine.calls import StudentNamespace
 from autograder.cells import nbgrader_meta
-from autograder.notebook_client import TIMEOUT_ENAME, KernelGone, StudentTimeout, _error, _timeout_text
+from autograder.engine.notebook_client import TIMEOUT_ENAME, KernelGone, StudentTimeout, _error, _timeout_text
 
 __all__ = ["run_test"]
 
@@ -64,8 +64,8 @@ def run_test(cell, link, options, limit, show_call_output=False) -> str:
     A test that ends in an expression whose value is a number awards that many of its points,
     nbgrader's partial credit: the value is evaluated here and written as the cell's
     ``execute_result`` (what nbgrader's ``determine_grade`` reads), capped at the cell's points
-    (autograder.partial.credit). When the expression may carry a value of the student's
-    (autograder.partial.student_derived, with the names this test fetched from the kernel), the
+    (autograder.engine.partial.credit). When the expression may carry a value of the student's
+    (autograder.engine.partial.student_derived, with the names this test fetched from the kernel), the
     test fails with PartialCreditRefused instead and the reason is returned.
     """
     meta = nbgrader_meta(cell)

@@ -1,10 +1,10 @@
-"""Code the grader cannot read before it runs, found in a notebook's source (autograder.audit).
+"""Code the grader cannot read before it runs, found in a notebook's source (autograder.engine.audit).
 
 :func:`dynamic_code` lists what a cell does that could change an exercise rule's verdict in ways
-its source does not show (the module docstring of :mod:`autograder.audit` lists the kinds);
+its source does not show (the module docstring of :mod:`autograder.engine.audit` lists the kinds);
 :func:`code_in_strings` gives the code a cell runs from constant strings (magics, timers), which
 is read as the cell's own. Both read the parsed cell; ``names.dotted(expr)`` (the notebook's
-imports, :class:`autograder.audit._Names`) names the library path an expression reaches.
+imports, :class:`autograder.engine.audit._Names`) names the library path an expression reaches.
 """
 from __future__ import annotations
 

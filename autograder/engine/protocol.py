@@ -1,11 +1,11 @@
 """The three contracts that cross a process boundary while a submission is graded, as dataclasses.
 
-- :class:`Job`: what the grading process (:func:`autograder.sandbox.run_submission`) asks one
-  harness process (``python -m autograder.harness JOB.json``) to run; :class:`RemoteJob` is the
-  same request sent to a Dask worker (:mod:`autograder.distributed`), checked by its ``version``.
+- :class:`Job`: what the grading process (:func:`autograder.engine.sandbox.run_submission`) asks one
+  harness process (``python -m autograder.engine.harness JOB.json``) to run; :class:`RemoteJob` is the
+  same request sent to a Dask worker (:mod:`autograder.engine.distributed`), checked by its ``version``.
 - :class:`Report`: what a harness says about the run besides the executed notebook.
 - :class:`KernelRequest` / :class:`KernelReply`: one request of a test cell to the student's
-  kernel and its answer (:mod:`autograder.wire` serves them inside the kernel).
+  kernel and its answer (:mod:`autograder.engine.kernel.wire` serves them inside the kernel).
 
 Each is written and read only through these classes: no other module builds or parses their
 dicts, and every default lives here.
@@ -141,7 +141,7 @@ class Report:
 class RemoteJob:
     """One submission sent to a Dask worker: the notebook, the files beside it, the limits,
     the label (lesson/student) and the grading machine's environment, for the worker to
-    compare with its own (:func:`autograder.distributed.run_remote`)."""
+    compare with its own (:func:`autograder.engine.distributed.run_remote`)."""
     notebook: str                     # nbformat JSON
     files: list                       # (relative path, bytes) of the files beside it
     options: dict                     # GradingOptions.as_dict()
@@ -164,7 +164,7 @@ class RemoteJob:
 
 
 # ---------------------------------------------------------------------------------------------
-# The kernel channel. The kernel side (autograder.wire.KernelServer) runs inside the student's
+# The kernel channel. The kernel side (autograder.engine.kernel.wire.KernelServer) runs inside the student's
 # kernel, which holds nothing of the grader but the wire module itself; it reads the request
 # dict and writes the reply dict, each in one place (its dispatch and its handlers).
 
@@ -217,7 +217,7 @@ class KernelRequest:
 class KernelReply:
     """The kernel's answer to a request, read with the defaults the harness relies on.
 
-    ``value``: an encoded value (autograder.wire); ``missing``: no such name; ``module``: the
+    ``value``: an encoded value (autograder.engine.kernel.wire); ``missing``: no such name; ``module``: the
     name is a module (never fetched); ``error``: ``{"types", "type", "message"}`` of an
     exception raised there; for a call also ``args``/``kwargs`` (the arguments as the function
     left them), ``names`` (its parameter names), ``graph`` (the call's number, for a backward

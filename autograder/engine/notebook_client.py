@@ -1,5 +1,5 @@
 """The harness's side of the student's kernel: a kernel manager that starts it in the jail, and
-an nbclient client with output caps, time limits and request cells (autograder.harness).
+an nbclient client with output caps, time limits and request cells (autograder.engine.harness).
 
 Also the names every part of the harness shares: the exceptions that end a test or a kernel,
 the error outputs' names and the time an interrupted kernel gets to answer.
@@ -17,14 +17,14 @@ from traitlets import Any, List
 
 from autograder.config import KERNEL_ARGS
 from autograder.options import GradingOptions
-from autograder.wire import WIRE_MIME
+from autograder.engine.kernel.wire import WIRE_MIME
 
 __all__ = ["SandboxKernelManager", "HarnessClient", "StudentTimeout", "KernelGone",
            "TIMEOUT_ENAME", "NOT_RUN_ENAME", "KERNEL_MODULE", "RECOVER_S"]
 
 TIMEOUT_ENAME = "CellTimeoutError"
 NOT_RUN_ENAME = "NotExecuted"
-KERNEL_MODULE = "_autograder_wire"   # the name of autograder.wire's copy inside the kernel
+KERNEL_MODULE = "_autograder_wire"   # the name of autograder.engine.kernel.wire's copy inside the kernel
 # After a cell's reply, how long its remaining output may take to arrive (nbclient waits 4 s, and a
 # loop that flushes thousands of small prints on a busy machine is still sending then); what has
 # not arrived by then is lost, and the cell and the report say so.

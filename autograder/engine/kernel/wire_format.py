@@ -1,4 +1,4 @@
-"""The wire format's vocabulary, shared by both directions of the codec (autograder.wire).
+"""The wire format's vocabulary, shared by both directions of the codec (autograder.engine.kernel.wire).
 
 What may cross and how much: the array dtypes, the nesting limit, the classes a module argument
 may be rebuilt from, the byte budget of one crossing, the error for what cannot cross, the

@@ -2,7 +2,7 @@
 
 `grade.grade_class` prepares the submissions and commits the results; this module is what lies
 between: nbgrader's configuration for the run (its Execute step replaced by
-autograder.sandbox.SandboxedExecute, which hands each notebook to the run's executor), and
+autograder.engine.sandbox.SandboxedExecute, which hands each notebook to the run's executor), and
 :class:`Grader`, which writes one student's repaired notebooks where nbgrader looks, lets
 nbgrader autograde them and render feedback under the run's gradebook lock, and reads the
 score, the harness's Report and the status back into the student's Result.
@@ -20,11 +20,11 @@ from nbgrader.converters import Autograde
 from nbgrader.converters.base import BaseConverter
 from nbgrader.utils import capture_log, temp_attrs
 
-from autograder import sandbox
+from autograder.engine import sandbox
 from autograder.config import work_config
 from autograder.journal import atomic_write
 from autograder.options import GradingOptions
-from autograder.protocol import Report
+from autograder.engine.protocol import Report
 from autograder.results import GRADED, Result
 
 __all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "reason_of",
@@ -33,7 +33,7 @@ __all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "reas
 # No nbgrader AssignLatePenalties: late penalties are applied once, when results become grades
 # (autograder.results.final_grades, in `report`), from the term file; never in the gradebook.
 SANDBOX_PREPROCESSORS = (
-    "autograder.sandbox.SandboxedExecute", "nbgrader.preprocessors.IgnorePattern",
+    "autograder.engine.sandbox.SandboxedExecute", "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
     "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.CheckCellMetadata")
 

@@ -1,11 +1,11 @@
 """Grade a notebook's exercises in this process, without a kernel: a second per demo student.
 
-The real grader (autograder.harness) runs a submission's cells in a sandboxed kernel and each
+The real grader (autograder.engine.harness) runs a submission's cells in a sandboxed kernel and each
 graded test cell in the trusted harness, which reaches the student's names through
-``autograder.wire``'s wire format. This module keeps the second half exactly (the same
-``autograder.testcell.run_test`` in a fresh ``StudentNamespace``, the same encode/decode of
+``autograder.engine.kernel.wire``'s wire format. This module keeps the second half exactly (the same
+``autograder.engine.testcell.run_test`` in a fresh ``StudentNamespace``, the same encode/decode of
 every value and every call of a student function) and replaces the kernel by a plain namespace
-in this process, with a ``KernelServer`` of its own (autograder.kernel_server),
+in this process, with a ``KernelServer`` of its own (autograder.engine.kernel.kernel_server),
 so a course author can check in seconds what each catalogued demo student is told
 (``python -m autograder demo --check-hints``). It is a check of the course, not a grader: student
 code runs here unsandboxed, so use it only on answers you wrote yourself.
@@ -36,13 +36,13 @@ import nbformat
 from mlexp.check import partial_score, printed_hints
 from mlexp.runtime import temporary_environ
 
-from autograder.kernel_server import KernelServer
+from autograder.engine.kernel.kernel_server import KernelServer
 
-from autograder.calls import KernelLink
+from autograder.engine.calls import KernelLink
 from autograder.cells import is_test_cell, nbgrader_meta
-from autograder.testcell import run_test
+from autograder.engine.testcell import run_test
 from autograder.options import GradingOptions
-from autograder.protocol import KernelReply
+from autograder.engine.protocol import KernelReply
 
 __all__ = ["Outcome", "needed_cells", "run_exercises"]
 
@@ -114,7 +114,7 @@ class _Client:
 
 class LocalLink(KernelLink):
     """KernelLink whose "kernel" is the namespace ``ns`` in this process: each request is
-    answered by a KernelServer of its own (autograder.kernel_server), through a JSON round trip
+    answered by a KernelServer of its own (autograder.engine.kernel.kernel_server), through a JSON round trip
     as on the wire."""
 
     def __init__(self, ns: dict):

@@ -1,21 +1,21 @@
 """The trusted harness: a submission's own cells run in its sandboxed kernel, its tests run here.
 
-``run_notebook`` starts the student's kernel inside the OS sandbox (:mod:`autograder.jail`), runs
+``run_notebook`` starts the student's kernel inside the OS sandbox (:mod:`autograder.engine.jail.jail`), runs
 every cell that is not a graded test there with nbclient, and runs every graded test cell in this
 process, in a fresh namespace where each name the test uses but does not define is fetched from
-the kernel as data (:mod:`autograder.wire`): values are rebuilt as plain Python types and tensors,
+the kernel as data (:mod:`autograder.engine.kernel.wire`): values are rebuilt as plain Python types and tensors,
 student functions become :class:`StudentFunction` proxies. So nothing the student's process
 prints, patches or returns can make a test pass: a test passes only when its own code, here,
 runs to the end. A test that ends in a number scores that much (nbgrader's partial credit),
-unless the number may carry a student value (:mod:`autograder.partial`): see :func:`run_test`.
+unless the number may carry a student value (:mod:`autograder.engine.partial`): see :func:`run_test`.
 Hidden test source never reaches the kernel. Outputs are capped per cell and per notebook; a
 cell or a test past its time limit fails with a message that says so.
 
-The parts, each a module of its own: :mod:`autograder.notebook_client` (the kernel and its
-client), :mod:`autograder.calls` (the channel, proxies and calls), :mod:`autograder.testcell`
+The parts, each a module of its own: :mod:`autograder.engine.notebook_client` (the kernel and its
+client), :mod:`autograder.engine.calls` (the channel, proxies and calls), :mod:`autograder.engine.testcell`
 (running one test); this module runs a notebook.
 
-``python -m autograder.harness JOB.json`` is how the grader runs it (autograder.sandbox): a
+``python -m autograder.engine.harness JOB.json`` is how the grader runs it (autograder.engine.sandbox): a
 separate process per submission, which writes the executed notebook and a JSON report.
 """
 import json
@@ -33,16 +33,17 @@ sys.modules.setdefault("rfc3987_syntax", None)
 import nbformat  # noqa: E402
 from nbclient.exceptions import DeadKernelError  # noqa: E402
 
-from autograder import jail, wire  # noqa: E402
-from autograder.calls import KernelLink, StudentFunction  # noqa: E402
+from autograder.engine.jail import jail
+from autograder.engine.kernel import wire  # noqa: E402
+from autograder.engine.calls import KernelLink, StudentFunction  # noqa: E402
 from autograder.cells import grade_id_of, is_test_cell  # noqa: E402
-from autograder.notebook_client import (KERNEL_MODULE, NOT_RUN_ENAME, TIMEOUT_ENAME,  # noqa: E402
+from autograder.engine.notebook_client import (KERNEL_MODULE, NOT_RUN_ENAME, TIMEOUT_ENAME,  # noqa: E402
                               HarnessClient, KernelGone, SandboxKernelManager, StudentTimeout,
                               _error)
 from autograder.options import GradingOptions  # noqa: E402
-from autograder.protocol import Job, KernelRequest, Report  # noqa: E402
-from autograder.testcell import run_test  # noqa: E402
-from autograder.wire import WIRE_MIME  # noqa: E402
+from autograder.engine.protocol import Job, KernelRequest, Report  # noqa: E402
+from autograder.engine.testcell import run_test  # noqa: E402
+from autograder.engine.kernel.wire import WIRE_MIME  # noqa: E402
 
 __all__ = ["run_notebook", "is_test_cell", "run_test", "KernelLink", "StudentFunction",
            "StudentTimeout", "KernelGone", "TIMEOUT_ENAME", "NOT_RUN_ENAME", "main"]
@@ -95,7 +96,7 @@ def _ask_tamper(link, report, fresh_copy=True) -> None:
     """Add to ``report.tampered`` what the kernel reports changed now (a kernel too busy to
     answer in time is left to the next asking). After each test only the first copy is asked
     (silencing it takes code that names or searches for the channel, which is flagged by
-    itself and by autograder.audit); after the last cell a fresh copy is asked too."""
+    itself and by autograder.engine.audit); after the last cell a fresh copy is asked too."""
     try:
         found = _tamper_reports(link, fresh_copy)
     except StudentTimeout:
@@ -225,7 +226,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
 
 
 def main(argv=None) -> int:
-    """``python -m autograder.harness JOB.json``: run the job's notebook, write its results."""
+    """``python -m autograder.engine.harness JOB.json``: run the job's notebook, write its results."""
     argv = sys.argv[1:] if argv is None else argv
     job = Job.read(argv[0])
     try:
@@ -236,7 +237,7 @@ def main(argv=None) -> int:
     if job.parent_pid and os.getppid() != job.parent_pid:
         return 3   # the grader is already gone
     if job.sandbox:   # the kernel's sockets on a 1 MiB tmpfs, never the grader's disk
-        from autograder.ipcfs import confine
+        from autograder.engine.jail.ipcfs import confine
         (Path(job.job_dir) / "ipc").mkdir(exist_ok=True)
         confine(Path(job.job_dir) / "ipc")   # one thread yet; an OSError is the grader's
     nb = nbformat.read(job.input, as_version=4)

@@ -1,6 +1,6 @@
 """The course library's own code run as a student's, recognised by its content (issue 39).
 
-An exercise that asks for a method to be written by hand (:mod:`autograder.audit`'s rules)
+An exercise that asks for a method to be written by hand (:mod:`autograder.engine.audit`'s rules)
 can be answered with the library's reference pasted into the notebook, renamed, its comments
 and docstring gone, or read as text and run with ``exec``. :func:`copied_library_code` finds
 those by comparing the code's shape (names blanked, the calls, attributes, numbers and

@@ -2,8 +2,8 @@
 
 nbgrader's ``autograde`` executes notebooks inside the grading process. Here its ``Execute`` step
 is :class:`SandboxedExecute`: it hands the notebook to a separate harness process
-(``python -m autograder.harness``, :func:`run_submission`), which runs the student's cells in a
-bubblewrap sandbox (:mod:`autograder.jail`) and the test cells itself, and waits for the executed
+(``python -m autograder.engine.harness``, :func:`run_submission`), which runs the student's cells in a
+bubblewrap sandbox (:mod:`autograder.engine.jail.jail`) and the test cells itself, and waits for the executed
 notebook. What a submission gets, per platform (also in the README's isolation section):
 
 =========================  ===================================  ==============================
@@ -20,7 +20,7 @@ files                      read-only: /usr, the Python and its  everything this 
                            folder, /tmp, /dev/shm (sharing
                            --scratch-mb), a 1 MiB connection
                            folder; no other place writable
-system calls               seccomp filter (autograder.seccomp)  all
+system calls               seccomp filter (autograder.engine.jail.seccomp)  all
 processes                  own PID namespace, all killed with   own process group, killed at
                            the job; process count capped        the end
 network, sockets, IPC      none (own network and IPC            not isolated
@@ -48,9 +48,9 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Any, Dict, Unicode
 
-from autograder import jail
+from autograder.engine.jail import jail
 from autograder.options import UNSANDBOXED_FLAG, GradingOptions
-from autograder.protocol import Job, Report
+from autograder.engine.protocol import Job, Report
 
 __all__ = ["SandboxedExecute", "GradingRun", "LocalExecutor", "Harnesses", "run_submission",
            "isolation_notes", "check_sandbox", "SandboxUnavailable", "report_path"]
@@ -88,7 +88,7 @@ class LocalExecutor:
     """Runs each submission on this machine (:func:`run_submission`): the executor of a
     grading run without a cluster. Any executor is a callable ``(nb, data_dir, options,
     label) -> (executed notebook or None, report dict)``, such as
-    :class:`autograder.distributed.DaskExecutor`."""
+    :class:`autograder.engine.distributed.DaskExecutor`."""
 
     def __init__(self, course_root=None):
         self.course_root = course_root
@@ -263,7 +263,7 @@ def _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd,
 
 def harness_command(job_file: Path) -> list:
     """The command line of one harness process for the job described in ``job_file``."""
-    return [sys.executable, "-m", "autograder.harness", str(job_file)]
+    return [sys.executable, "-m", "autograder.engine.harness", str(job_file)]
 
 
 def _harness_env(mode: str) -> dict:
@@ -331,13 +331,13 @@ class SandboxedExecute(NbGraderPreprocessor):
         return cache[key]
 
     def preprocess(self, nb, resources):
-        from autograder.audit import apply_audit, audit_notebook
+        from autograder.engine.audit import apply_audit, audit_notebook
         options = GradingOptions(**self.options)
         data_dir = Path(resources.get("metadata", {}).get("path") or ".")
         original = nbformat.from_dict(json.loads(json.dumps(nb)))
         info = resources.get("nbgrader", {})
         # The student's source is read here, before it runs and where nothing of it runs
-        # (autograder.audit): what it shows about the exercise rules outranks the kernel's word.
+        # (autograder.engine.audit): what it shows about the exercise rules outranks the kernel's word.
         audit = audit_notebook(original, self.lesson_code(info.get("assignment", ""),
                                                           info.get("notebook", "")))
         if self.run is not None:
@@ -361,7 +361,7 @@ def finish_notebook(executed, original, report=None):
     came back.
     """
     from autograder.cells import is_test_cell
-    from autograder.notebook_client import NOT_RUN_ENAME
+    from autograder.engine.notebook_client import NOT_RUN_ENAME
     nb = executed if executed is not None else original
     why = "; ".join(Report.from_dict(report).review) or "the grader stopped before this test ran"
     for cell in nb.cells:

@@ -5,10 +5,14 @@ import builtins
 import time
 from pathlib import Path
 
-from autograder import kernel_server, wire, wire_decode, wire_encode, wire_format
-from autograder.notebook_client import KERNEL_MODULE, RECOVER_S, StudentTimeout
-from autograder.protocol import KernelReply, KernelRequest
-from autograder.wire import Opaque, WireError, decode, encode
+from autograder.engine.kernel import kernel_server
+from autograder.engine.kernel import wire
+from autograder.engine.kernel import wire_decode
+from autograder.engine.kernel import wire_encode
+from autograder.engine.kernel import wire_format
+from autograder.engine.notebook_client import KERNEL_MODULE, RECOVER_S, StudentTimeout
+from autograder.engine.protocol import KernelReply, KernelRequest
+from autograder.engine.kernel.wire import Opaque, WireError, decode, encode
 
 # what KernelLink.install sends into the kernel, in this order (each part's imports run only on
 # the trusted side: in the kernel they share one module's namespace)
@@ -19,7 +23,7 @@ __all__ = ["KernelLink", "StudentFunction", "StudentNamespace"]
 
 class StudentFunction:
     """A student function or callable, called through the kernel; arguments and results cross as
-    data (:mod:`autograder.wire`). An exception inside it is raised here as the same built-in type
+    data (:mod:`autograder.engine.kernel.wire`). An exception inside it is raised here as the same built-in type
     with its message. A tensor argument changed in place fails the call (AssertionError with a
     hint) and never changes the test's own tensor; autograd flows through the call when the
     arguments require grad."""
@@ -52,7 +56,7 @@ class StudentNamespace(dict):
     def __init__(self, link):
         super().__init__(__builtins__=builtins, __name__="__main__")
         self._link = link
-        self.fetched = set()     # the names whose value came from the kernel (autograder.partial)
+        self.fetched = set()     # the names whose value came from the kernel (autograder.engine.partial)
 
     def _fetch(self, name):
         if not isinstance(name, str) or name.startswith("__") or hasattr(builtins, name):
@@ -162,7 +166,7 @@ class KernelLink:
         return KernelReply.from_dict(reply)
 
     def install(self, module: str = KERNEL_MODULE) -> None:
-        """Put the kernel side (:mod:`autograder.wire`'s codec and :mod:`autograder.kernel_server`)
+        """Put the kernel side (:mod:`autograder.engine.kernel.wire`'s codec and :mod:`autograder.engine.kernel.kernel_server`)
         into the kernel, before any student cell.
 
         The student library ``mlexp`` carries nothing of the grader, so the module's source is
@@ -173,7 +177,7 @@ class KernelLink:
         source = "\n".join(Path(m.__file__).read_text(encoding="utf-8") for m in KERNEL_SOURCES)
         setup = ", m.kernel_safe_messages()" if module == KERNEL_MODULE else ""   # once per kernel
         code = (f"(lambda m: (__import__('builtins').exec(__import__('builtins').compile("
-                f"{source!r}, '<autograder.wire>', 'exec'), m.__dict__), "
+                f"{source!r}, '<autograder.engine.kernel.wire>', 'exec'), m.__dict__), "
                 f"__import__('sys').modules.__setitem__(m.__name__, m){setup}))"
                 f"(__import__('types').ModuleType({module!r}));")
         _reply, timed_out, error = self.client.run_request(code, RECOVER_S)
