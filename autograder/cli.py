@@ -73,8 +73,8 @@ def parser() -> argparse.ArgumentParser:
                         "--scheduler, twice the cluster's worker threads)")
     g.add_argument("--scheduler", metavar="ADDRESS",
                    help="run each submission on the workers of this Dask scheduler, e.g. "
-                        "tcp://10.0.0.5:8786 (needs pip install 'mlexp-autograder[dask]'; README: Grading "
-                        "on a cluster); grades, feedback and the gradebook stay here")
+                        "tcp://10.0.0.5:8786 (needs pip install 'mlexp-autograder[dask]'; docs/instructors.md: "
+                        "Grading on a cluster); grades, feedback and the gradebook stay here")
     g.add_argument("--force", action="store_true",
                    help="regrade every submission, also those already graded with the same bytes")
     g.add_argument("--db", metavar="URL",
@@ -140,7 +140,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def add_canvas_arguments(cv: argparse.ArgumentParser) -> None:
-    """``canvas pull`` and ``canvas push`` (autograder.term.canvas_sync; README: Grades back into the LMS)."""
+    """``canvas pull`` and ``canvas push`` (autograder.term.canvas_sync; docs/instructors.md:
+    Grades back into the LMS)."""
     sub = cv.add_subparsers(dest="canvas_command", required=True)
     pl = sub.add_parser("pull", help="download each student's latest notebook with its "
                                      "submission time into a folder grade reads")
@@ -174,7 +175,7 @@ def add_term_argument(p: argparse.ArgumentParser) -> None:
     """``--term FILE`` for grade, report (and export): the term file (autograder.term.termfile)."""
     p.add_argument("--term", metavar="FILE",
                    help="term file (TOML): due dates, late rule, extensions, LMS columns "
-                        "(README: 'A term'); applied when results become grades, without "
+                        "(docs/instructors.md: 'A term'); applied when results become grades, without "
                         "regrading; remembered in DIR for later runs without --term")
 
 
@@ -291,7 +292,7 @@ def _announce(args, sample) -> None:
               f"({args.sample} per lesson: {which}), {args.jobs} at a time, into {args.out}/. This "
               f"takes {_minutes(len(picked), args.jobs)} {per}.\n"
               f"The whole demo class: `make grade-all` ({_minutes(total, args.jobs)}); a real class: "
-              "`.venv/bin/python -m autograder grade SUBMISSIONS --out DIR` (README, 'For instructors').",
+              "`.venv/bin/python -m autograder grade SUBMISSIONS --out DIR` (docs/instructors.md).",
               file=sys.stderr, flush=True)
     elif args.submissions is None:
         from autograder.publishing.demo import load_catalog

@@ -11,7 +11,7 @@
   per-lesson CSVs, the feedback pages' grade box and report.html from these rows;
   ``export`` reads the same rows through :func:`load_final_grades`. Nothing here starts a kernel.
 
-The rule (README, "A term: due dates, extensions, overrides"):
+The rule (docs/instructors.md, "A term: due dates, extensions, overrides"):
 
 1. raw score = the machine score, with each exercise override replacing that exercise's points,
    or the lesson-total override replacing the whole sum;

@@ -147,6 +147,22 @@ def test_landing_and_api_pages(site):
     assert marker["size"] == "grading" and marker["lessons"] == LESSONS_BUILT
 
 
+def test_the_guides_are_pages(site):
+    """docs/*.md as pages of the book (issue 42): listed on the landing page, links between guides
+    kept, the README's lesson table read as the landing page's, no link to a file the book lacks."""
+    from autograder.publishing.book import GUIDES
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert "The guides" in _text(site / "index.html")
+    for name in GUIDES:
+        assert f'href="guides/{name}.html"' in index, name
+        assert (site / "guides" / f"{name}.html").is_file(), name
+    assert "For instructors" in _text(site / "guides" / "instructors.html")
+    students = (site / "guides" / "students.html").read_text(encoding="utf-8")
+    assert 'href="../index.html#the-lessons"' in students and 'href="troubleshooting.html"' in students
+    for name in GUIDES:
+        assert "README.md" not in re.findall(r'href="([^"]*)"', (site / "guides" / f"{name}.html").read_text())
+
+
 def test_book_in_a_browser_with_the_network_blocked(site):
     """Maths typeset, figures loaded, download links found and search answering "delta rule",
     from file:// with every other request refused."""

@@ -168,6 +168,16 @@ def test_every_command_target_option_and_link_the_pages_name_exists(grader):
     assert problems(pages(), grader, targets) == []
 
 
+def test_the_book_shows_every_guide():
+    """Every page of docs/ is a page of the book (autograder/publishing/book.py, GUIDES), and a
+    guide's links that leave docs/ lose their target there (the book holds no repository)."""
+    from autograder.publishing.book import GUIDES, guide_page
+    assert set(GUIDES) == {p.stem for p in (REPO / "docs").glob("*.md")}
+    page = guide_page("[a](../README.md#the-lessons), [b](../autograder/README.md), [c](authors.md#colab),\n"
+                      "[d\ne](../README.md#instructors) ![i](../x.png)")
+    assert page == "[a](../index.md#the-lessons), b, [c](authors.md#colab),\nd\ne ![i](../x.png)"
+
+
 BAD_PAGE = """# A bad page
 
 Run `python -m autograder regrade DIR` or:

@@ -22,9 +22,9 @@ Faults (distributed's scheduler reschedules a task whose worker dies):
   committed, and the next run resumes from the journal.
 
 Workers need the grading environment this process has (the same autograder and mlexp sources,
-Python and kernel packages: one image or one shared virtual environment; README, "Grading on a
-cluster") and bubblewrap. :class:`GradingPlugin` (a Dask worker plugin) checks each worker as it
-joins and kills its harnesses when it closes; every task checks again, so a worker that differs
+Python and kernel packages: one image or one shared virtual environment; docs/instructors.md,
+"Grading on a cluster") and bubblewrap. :class:`GradingPlugin` (a Dask worker plugin) checks each
+worker as it joins and kills its harnesses when it closes; every task checks again, so a worker that differs
 is named, never silently used. ``dask[distributed]`` is optional (``pip install 'mlexp-autograder[dask]'``):
 this module imports without it, and only :class:`DaskExecutor` needs it.
 """

@@ -4,7 +4,7 @@ nbgrader's ``autograde`` executes notebooks inside the grading process. Here its
 is :class:`SandboxedExecute`: it hands the notebook to a separate harness process
 (``python -m autograder.engine.harness``, :func:`run_submission`), which runs the student's cells in a
 bubblewrap sandbox (:mod:`autograder.engine.jail.jail`) and the test cells itself, and waits for the executed
-notebook. What a submission gets, per platform (also in the README's isolation section):
+notebook. What a submission gets, per platform (also in docs/instructors.md's sandbox table):
 
 =========================  ===================================  ==============================
                            Linux with bubblewrap                elsewhere (only with

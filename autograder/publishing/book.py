@@ -12,7 +12,10 @@
    its visible test, without outputs; a cell that uses a name an exercise defines loses its
    outputs too (they are computed from the answer), with a note. ``--with-solutions`` adds the
    worked solution under each exercise, folded.
-3. Sphinx renders the pages, a landing page, and an API page from mlexp's docstrings. Maths is
+3. Sphinx renders the pages, a landing page, the course's guides (``docs/*.md`` of the course:
+   students, instructors, authors, contributors, troubleshooting; a link that leaves docs/ keeps
+   its text and loses its target, which is not in the book) and an API page from mlexp's
+   docstrings. Maths is
    MathML written at build time (latex2mathml), so the site needs no network and opens from
    ``file://``. The student notebooks are shipped beside the pages ("Download notebook").
 4. The site, and the text of every page, is scanned (:func:`autograder.publishing.publish.scan`): any line
@@ -49,6 +52,9 @@ HIDDEN_NOTE = ("*The output of the cell above is not shown in the book: it is co
                "the answer to an exercise. Run the notebook to see it.*")
 _BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
 _WIDGET = "application/vnd.jupyter.widget-view+json"
+# The guides of the course's docs/ shown as pages, in this order (a missing one is left out).
+GUIDES = ("students", "instructors", "authors", "contributors", "troubleshooting")
+_LEAVING_LINK = re.compile(r"(?<!!)\[((?:[^\]]|\n)*?)\]\(\.\./(?!index\.md#)[^)\s]*\)")
 
 
 class BookError(RuntimeError):
@@ -225,6 +231,20 @@ def _lesson_table(root: Path) -> str:
     return "\n".join(rows)
 
 
+def guide_page(text: str) -> str:
+    """A guide of docs/ as a page of the book: a link to the README's lesson table goes to the
+    landing page's; any other link that leaves docs/ (``../README.md``, ``../autograder/...``)
+    keeps its text and loses its target, which the book does not hold; links between the guides
+    stay (myst resolves them, anchors included)."""
+    text = text.replace("](../README.md#the-lessons)", "](../index.md#the-lessons)")   # the landing page's table
+    return _LEAVING_LINK.sub(r"\1", text)
+
+
+def _guides(root: Path) -> list:
+    """The guides of the course at ``root`` that the book shows, as names of docs/*.md."""
+    return [name for name in GUIDES if (root / "docs" / f"{name}.md").is_file()]
+
+
 def _sources(root: Path, src: Path, pages: dict, size: str, edition: dict,
              with_solutions: bool = False) -> None:
     """Write the Sphinx project: conf.py, the landing and API pages, the lesson pages, the
@@ -242,7 +262,10 @@ def _sources(root: Path, src: Path, pages: dict, size: str, edition: dict,
             "exercise, folded: try the exercise first, then open it." if with_solutions else
             "The answers are not in this book: an output that would give one away is left out "
             "of the page, with a note saying so.",
-            "toctree": "\n".join(f"lessons/{lesson}" for lesson in pages)}
+            "toctree": "\n".join(f"lessons/{lesson}" for lesson in pages),
+            "guides_toctree": "\n".join(f"guides/{name}" for name in _guides(root)),
+            "guides_list": "\n".join(f"- [{name.capitalize()}](guides/{name}.md)" for name in _guides(root))
+            or "(This course has no guides in docs/.)"}
     for name in ("conf.py", "index.md", "api.md"):
         text = string.Template((TEMPLATES / name).read_text(encoding="utf-8")).safe_substitute(fill)
         (src / name).write_text(text, encoding="utf-8")
@@ -252,6 +275,10 @@ def _sources(root: Path, src: Path, pages: dict, size: str, edition: dict,
                 if not line.startswith("| [") or any(f"lessons/{p}.ipynb" in line for p in pages)]
         (src / "index.md").write_text("\n".join(keep) + "\n", encoding="utf-8")
     shutil.copyfile(TEMPLATES / "book.css", src / "_static" / "book.css")
+    for name in _guides(root):
+        (src / "guides").mkdir(exist_ok=True)
+        text = (root / "docs" / f"{name}.md").read_text(encoding="utf-8")
+        (src / "guides" / f"{name}.md").write_text(guide_page(text), encoding="utf-8")
     for lesson, nb in pages.items():
         nbformat.write(nb, src / "lessons" / f"{lesson}.ipynb")
     for rel, data in edition.items():

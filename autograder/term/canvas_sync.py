@@ -10,7 +10,7 @@ attempt's files: ``id``, ``filename``, ``display_name``, ``size``, ``url``), wit
 **pull** writes ``SUBMISSIONS/<login>_<user id>/<lesson>/<file>.ipynb`` (the latest attempt's
 notebooks, under the names the student gave them) and beside them nbgrader's ``timestamp.txt``
 (``2026-10-01 21:59:00.000000 UTC``, Canvas's ``submitted_at``), the folder layout ``grade``
-reads, whose times the term's late rule uses (README: A term). The student id ends in the Canvas
+reads, whose times the term's late rule uses (docs/instructors.md: A term). The student id ends in the Canvas
 user id, which ``export --lms canvas`` and ``push`` match students by.
 ``SUBMISSIONS/.canvas-pull.json`` (ignored by ``grade``: a dot file) records per student the user id, login, name, attempt,
 ``submitted_at``, Canvas's ``late`` flag and the files written, so a second pull downloads only

@@ -809,8 +809,8 @@ def format_export(result: Export) -> str:
                      "no grade here): " + "; ".join(ids.printable(s) for s in result.kept))
     lines += [f"  note: {ids.printable(n)}" for n in result.notes]
     if result.filled:
-        lines.append(f"wrote {result.out}: upload it to {result.lms.capitalize()} (README: Grades "
-                     "back into the LMS)")
+        lines.append(f"wrote {result.out}: upload it to {result.lms.capitalize()} (docs/instructors.md: "
+                     "Grades back into the LMS)")
     else:    # as loud as the NOT FILLED / NOT FOUND lines: nothing here is worth an upload
         lines.append(f"  NOTHING FILLED: no grade was written, {result.out} is the gradebook as "
                      "downloaded; see the lines above for why (give --term FILE with each lesson's "
@@ -818,5 +818,5 @@ def format_export(result: Export) -> str:
         lines.append(f"wrote {result.out}, unchanged: nothing in it to upload")
     if result.feedback:
         lines.append(f"wrote {result.feedback_zip}: {len(result.feedback)} feedback page(s) "
-                     "(README: Grades back into the LMS says where each LMS takes them)")
+                     "(docs/instructors.md: Grades back into the LMS says where each LMS takes them)")
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The term file: due dates, late-work rules, extensions and LMS gradebook columns, read from TOML.
 
 An instructor keeps one term file per course term and gives it to ``grade``, ``report`` and
-``export`` with ``--term FILE``. Example (every key optional; the README has a full one)::
+``export`` with ``--term FILE``. Example (every key optional; docs/instructors.md has a full one)::
 
     [lessons.01_running_sum]
     due = 2026-10-01T23:59:00+02:00       # ISO 8601 with its time zone

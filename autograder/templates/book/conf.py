@@ -11,6 +11,7 @@ nb_execution_mode = "off"
 nb_output_stderr = "show"
 myst_enable_extensions = ["dollarmath", "amsmath", "html_image", "html_admonition"]
 myst_dmath_double_inline = True
+myst_heading_anchors = 3          # the guides link to each other's sections by their GitHub anchors
 html_theme = "sphinx_book_theme"
 html_title = "$project"
 html_static_path = ["_static"]
