@@ -60,6 +60,7 @@ def _watch_list(nb) -> list:
                          ("matplotlib.pyplot", r"matplotlib|plt\."),
                          ("mlexp", r"\bmlexp\b"), ("mlexp.ops", r"mlexp\.ops"),
                          ("mlexp.rules", r"\bmlexp\b"),   # its audit hook is then in place before any student cell
+                         ("mlexp.rules_sight", r"\bmlexp\b"),   # the watcher's helpers, watched with it
                          ("mlexp.kvcache", r"kvcache"), ("mlexp.capstone", r"capstone"),
                          ("mlexp.inattention", r"inattention")):   # modules the rules forbid: watched
         if re.search(pattern, text):

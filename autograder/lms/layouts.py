@@ -262,7 +262,7 @@ def moodle_submission_times(path, zone) -> dict:
     import csv
     from pathlib import Path
 
-    from autograder.term.export import delimiter_of
+    from autograder.lms.table import delimiter_of
     path = Path(path)
     with open(path, newline="", encoding="utf-8-sig") as f:
         delimiter = delimiter_of(f.readline())    # ',' or, re-saved in many locales, ';'

@@ -220,7 +220,8 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
               term=None) -> PushPlan:
     """Read DIR's final grades of ``lesson`` and what Canvas holds, and decide what to post
     (module docstring). Raises CanvasError, export.ExportError for an unreadable DIR."""
-    from autograder.term.export import _feedback_page, _final_rows, _points_text, _trailing_number
+    from autograder.lms.gradebooks import points_text, trailing_number
+    from autograder.term.export import _feedback_page, _final_rows
     from autograder.reporting.feedback import gradebook_page
     rows = [r for r in _final_rows(out_dir, term) if r["assignment"] == lesson]
     if not rows:
@@ -237,7 +238,7 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
     plan = PushPlan(lesson, points)
     for row in sorted(rows, key=lambda r: r["student_id"]):
         sid = row["student_id"]
-        uid = _trailing_number(sid)
+        uid = trailing_number(sid)
         if uid is None or uid not in by_user:
             plan.not_found.append(sid)
             continue
@@ -247,7 +248,7 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
         if row["max_score"] <= 0:
             plan.held.append((sid, "max_score is 0 in grades.csv: nothing to scale"))
             continue
-        text = _points_text(max(0.0, row["score"]) / row["max_score"] * points, False)
+        text = points_text(max(0.0, row["score"]) / row["max_score"] * points, False)
         sub = by_user[uid]
         old = getattr(sub, "score", None)
         grade = None if old is not None and abs(float(old) - float(text)) < 0.005 else text
@@ -255,7 +256,7 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
         html = None
         if page is not None:
             html = gradebook_page(page.read_text(encoding="utf-8"), lesson, text,
-                                  _points_text(points, False), "canvas")
+                                  points_text(points, False), "canvas")
             marker = _marker(lesson, html)
             if _has_comment(sub, marker):
                 html = None

@@ -51,190 +51,22 @@ Centre.
 from __future__ import annotations
 
 import csv
-import io
 import math
 import os
-import re
 import zipfile
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import ids
-from autograder.lms.layouts import MOODLE_NO, moodle_header, moodle_language
+from autograder.lms.gradebooks import (GRADEBOOKS, Export, decimal_comma, lesson_columns,
+                                       moodle_lesson, number_of, points_text)
+from autograder.lms.layouts import MOODLE_NO, moodle_language
+from autograder.lms.table import ExportError, Table, read_table, write_table
 
 __all__ = ["LMS", "ExportError", "Table", "read_table", "write_table", "export_gradebook",
            "Export", "format_export", "term_for", "recorded_term", "write_feedback_zip"]
 
 LMS = ("canvas", "moodle", "blackboard")
-BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
-_ENDING = re.compile(r"(?:\r\n|\r|\n)\Z")
-
-
-class ExportError(ValueError):
-    """The gradebook or grades.csv cannot be read, or holds nothing this export can fill."""
-
-
-# ------------------------------------------------------------------ delimited files, kept raw
-
-@dataclass
-class Record:
-    """One CSV record: its cells' values and where it and each cell's raw text lie in the file."""
-    values: list
-    spans: list          # (start, end) in Table.text of each cell, quotes included; None: unknown
-    start: int           # the record in Table.text[start:end], without its line ending
-    end: int
-    line: int            # 1-based line the record starts on
-
-
-@dataclass
-class Table:
-    """A delimited text file read so that it can be written back changed in single cells."""
-    path: Path
-    text: str
-    bom: bytes
-    codec: str
-    delimiter: str
-    records: list = field(default_factory=list)
-    quote_all: bool = False     # the header quotes every cell (Blackboard): so does a rewritten row
-
-    def header(self) -> list:
-        return self.records[0].values if self.records else []
-
-
-def _decode(data: bytes, path: Path) -> tuple:
-    for bom, codec in BOMS:
-        if data.startswith(bom):
-            try:
-                return data[len(bom):].decode(codec), bom, codec
-            except UnicodeDecodeError as exc:
-                raise ExportError(f"{path}: starts with a {codec} byte order mark but is not "
-                                  f"{codec} ({exc})") from None
-    for codec in ("utf-8", "cp1252"):    # cp1252: a file re-saved by Excel on Windows
-        try:
-            return data.decode(codec), b"", codec
-        except UnicodeDecodeError:
-            continue
-    raise ExportError(f"{path}: neither UTF-8 nor Windows-1252 text; download the gradebook "
-                      "again and upload it unchanged")
-
-
-DELIMITERS = (",", "\t", ";")
-
-
-def delimiter_of(first_line: str) -> str:
-    """The delimiter the header row uses most outside quotes: comma (what every LMS writes by
-    default), tab (Blackboard's tab-delimited download) or semicolon (Canvas's "separate with
-    semicolons" option, and a spreadsheet's re-save in a locale whose decimal mark is a comma);
-    comma on a tie."""
-    outside = re.sub(r'"[^"]*"', "", first_line)
-    return max(DELIMITERS, key=lambda d: (outside.count(d), d == ","))
-
-
-def _cell_spans(text: str, start: int, end: int, delimiter: str) -> list:
-    """(start, end) of each cell of the record text[start:end], read as the csv module reads
-    it: a quote opens a quoted cell only as a cell's first character, ``""`` inside is a quote."""
-    spans, begin, i, quoted = [], start, start, False
-    while i < end:
-        ch = text[i]
-        if quoted:
-            if ch == '"':
-                if text[i + 1:i + 2] == '"':
-                    i += 1
-                else:
-                    quoted = False
-        elif ch == '"' and i == begin:
-            quoted = True
-        elif ch == delimiter:
-            spans.append((begin, i))
-            begin = i + 1
-        i += 1
-    spans.append((begin, end))
-    return spans
-
-
-def _unquote(raw: str) -> str:
-    return raw[1:-1].replace('""', '"') if len(raw) >= 2 and raw[0] == raw[-1] == '"' else raw
-
-
-def read_table(path) -> Table:
-    """Read a CSV or tab-delimited file with the csv module, keeping its raw text and layout.
-
-    Raises ExportError naming the file when it is missing, empty or not text.
-    """
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ExportError(f"No gradebook file at {path}.") from None
-    text, bom, codec = _decode(data, path)
-    lines = _LINE.findall(text)
-    if not lines or not lines[0].strip():
-        raise ExportError(f"{path} is empty or its first line is blank; it should start with "
-                          "the gradebook's header row")
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    table = Table(path, text, bom, codec, delimiter_of(lines[0]))
-    reader = csv.reader(iter(lines), delimiter=table.delimiter, strict=False)
-    consumed = 0
-    try:
-        for values in reader:
-            start, end = offsets[consumed], offsets[reader.line_num]
-            ending = _ENDING.search(text, start, end)
-            end = ending.start() if ending else end
-            spans = _cell_spans(text, start, end, table.delimiter) if values else []
-            if [_unquote(text[a:b]) for a, b in spans] != values:
-                spans = None        # a layout this scanner does not follow: rewrite the record
-            table.records.append(Record(values, spans, start, end, consumed + 1))
-            consumed = reader.line_num
-    except csv.Error as exc:
-        raise ExportError(f"{path}, line {reader.line_num}: not a valid CSV file ({exc})") from None
-    head = table.records[0].spans or []
-    table.quote_all = bool(head) and all(text[a:a + 1] == '"' for a, _ in head)
-    return table
-
-
-def _serialise(values: list, delimiter: str, quote_all: bool) -> str:
-    buf = io.StringIO()
-    csv.writer(buf, delimiter=delimiter, lineterminator="",
-               quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL).writerow(values)
-    return buf.getvalue()
-
-
-def write_table(table: Table, changes: dict, out) -> None:
-    """Write ``table`` to ``out`` with ``changes`` ({(record index, column index): text}) made.
-
-    Only the changed cells' bytes differ: a new value is quoted when the cell it replaces was
-    quoted (or when it must be), in the file's own delimiter, encoding and byte order mark.
-    """
-    edits = []     # (start, end, new text)
-    by_record = {}
-    for (r, c), value in changes.items():
-        by_record.setdefault(r, {})[c] = value
-    for r, cells in by_record.items():
-        rec = table.records[r]
-        if rec.spans is None:    # rewrite the whole record, quoting its cells as the header does
-            values = list(rec.values)
-            for c, value in cells.items():
-                values[c] = value
-            edits.append((rec.start, rec.end, _serialise(values, table.delimiter, table.quote_all)))
-            continue
-        for c, value in cells.items():
-            a, b = rec.spans[c]
-            quoted = table.text[a:a + 1] == '"'
-            edits.append((a, b, _serialise([value], table.delimiter, quoted)))
-    text, last, parts = table.text, 0, []
-    for a, b, new in sorted(edits):
-        parts += [text[last:a], new]
-        last = b
-    parts.append(text[last:])
-    data = table.bom + "".join(parts).encode(table.codec)
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
 
 
 # ------------------------------------------------------------------------------ grades.csv
@@ -336,296 +168,6 @@ def recorded_term(out_dir):
     return term_for(path, out_dir)
 
 
-# --------------------------------------------------------------------------- the three LMSs
-
-def _number(cell: str):
-    """A points cell as a float ('10', '10.00', '10,5'), or None."""
-    cell = cell.strip()
-    if "," in cell and "." not in cell:
-        cell = cell.replace(",", ".")
-    try:
-        value = float(cell)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
-
-
-def _decimal_comma(cell: str) -> bool:
-    """Whether a number cell uses a comma as its decimal mark ('10,5', '10,00'; not '10')."""
-    return "," in cell and "." not in cell
-
-
-def _points_text(value: float, comma: bool) -> str:
-    text = f"{value:.2f}".rstrip("0").rstrip(".")
-    return text.replace(".", ",") if comma else text
-
-
-def _trailing_number(student_id: str):
-    m = re.search(r"(?:^|_)(\d+)\Z", student_id)
-    return m.group(1) if m else None
-
-
-@dataclass
-class Column:
-    """A gradebook column a lesson fills: index, header, points possible (None: per row)."""
-    index: int
-    header: str
-    points: float = None
-    comma: bool = False     # the points were written with a decimal comma: so is each grade
-
-
-@dataclass
-class Export:
-    """What an export matched and did: the lines it prints, and the facts tests check."""
-    lms: str
-    gradebook: Path
-    out: Path
-    columns: dict = field(default_factory=dict)       # lesson -> Column
-    filled: dict = field(default_factory=dict)        # (student id, lesson) -> text written
-    scale: dict = field(default_factory=dict)         # (student id, lesson) -> its points possible, as text
-    changed: int = 0
-    kept: list = field(default_factory=list)          # gradebook students with no grade
-    unmatched_students: list = field(default_factory=list)   # grades.csv ids with no row
-    unmatched_lessons: dict = field(default_factory=dict)    # lesson -> why
-    notes: list = field(default_factory=list)
-    rows: dict = field(default_factory=dict)          # student id -> (record index, display name)
-    feedback: list = field(default_factory=list)      # names written into the feedback zip
-    feedback_zip: Path = None
-    term_file: Path = None        # the term file whose lms_column matched lessons (None: none)
-    term_recorded: bool = False   # that file was the one recorded in DIR/term-file.txt
-    held: list = field(default_factory=list)    # (student id, lesson, why) not sent: undecided
-    sent_undecided: bool = False  # --send-undecided: those were filled all the same
-
-    @property
-    def needs_you(self) -> bool:
-        """Something graded did not reach the gradebook: held back, or no row for the student."""
-        return bool(self.held or self.unmatched_students)
-
-
-class _Gradebook:
-    """What differs between the LMSs: which rows are students, their keys, the columns."""
-    name = ""
-    id_column = ""
-
-    def __init__(self, table: Table):
-        self.table = table
-        self.head = table.header()
-        self.id_index = self.index(self.id_column)
-        if self.id_index is None:
-            raise ExportError(
-                f"{table.path} is not a {self.name} {self.kind}: its first row has no "
-                f"'{self.id_column}' column (it has {', '.join(map(repr, self.head[:8]))}"
-                f"{', ...' if len(self.head) > 8 else ''}). {self.how}")
-
-    def index(self, header: str):
-        """Index of the column named ``header``: the exact name, else the one name equal to it
-        ignoring case and surrounding spaces (``Maximum Grade``, ``maximum grade``; LMS versions
-        and language packs differ in case); None when none or several are."""
-        if header in self.head:
-            return self.head.index(header)
-        found = [i for i, h in enumerate(self.head) if h.strip().casefold() == header.casefold()]
-        return found[0] if len(found) == 1 else None
-
-    def cell(self, record: int, header: str) -> str:
-        values = self.table.records[record].values
-        i = self.index(header)
-        return values[i] if i is not None and i < len(values) else ""
-
-    def students(self) -> dict:
-        """gradebook key -> record index, for every row that is a student."""
-        out = {}
-        for r, rec in enumerate(self.table.records[1:], start=1):
-            key = rec.values[self.id_index].strip() if len(rec.values) > self.id_index else ""
-            if key and self.is_student(rec):
-                out.setdefault(self.normal(key), r)
-        return out
-
-    def is_student(self, rec: Record) -> bool:
-        return True
-
-    def normal(self, key: str) -> str:
-        return key
-
-    def display(self, record: int) -> str:
-        return self.table.records[record].values[self.id_index]
-
-    SUFFIX = re.compile(r"(?!)")     # a column's LMS id at the end of its header (group 1)
-    HEADER = None                    # a header with its name in group 'name'
-
-    def find(self, wanted: str):
-        """Index of the column ``wanted`` names: the header itself, its id suffix (Canvas
-        ``(1234)``, Blackboard ``|123456``), or its name without that suffix; None when none
-        or when the name alone fits several columns."""
-        clean = [h.strip() for h in self.head]
-        wanted = wanted.strip()
-        if wanted in clean:
-            return clean.index(wanted)
-        want_id = self.SUFFIX.search(wanted) or re.fullmatch(r"\|?(\d+)", wanted)
-        if want_id:
-            found = [i for i, h in enumerate(clean)
-                     if (m := self.SUFFIX.search(h)) and m.group(1) == want_id.group(1)]
-            if found:
-                return found[0]
-
-        def name(h):
-            m = self.HEADER.match(h) if self.HEADER else None
-            return m["name"] if m else self.SUFFIX.sub("", h)
-        found = [i for i, h in enumerate(clean) if name(h).casefold() == wanted.casefold()]
-        return found[0] if len(found) == 1 else None
-
-
-class _Canvas(_Gradebook):
-    name, kind, id_column = "Canvas", "gradebook export", "ID"
-    how = "In Canvas: Grades > Export > Export Entire Gradebook."
-    SPECIAL = {"points possible", "muted", "manual posting"}
-    SUFFIX = re.compile(r"\s*\((\d+)\)\Z")
-
-    def __init__(self, table):
-        super().__init__(table)
-        self.points_row = next((r for r, rec in enumerate(table.records[1:], start=1)
-                                if rec.values and rec.values[0].strip().lower() == "points possible"),
-                               None)
-        if self.points_row is None:
-            raise ExportError(f"{table.path}: no 'Points Possible' row (Canvas writes it second); "
-                              f"{self.how}")
-
-    def is_student(self, rec):
-        return rec.values[0].strip().lower() not in self.SPECIAL
-
-    def key(self, student_id):
-        return _trailing_number(student_id) or student_id
-
-    def display(self, record):
-        return self.table.records[record].values[0] or super().display(record)
-
-    def column(self, lesson, wanted) -> tuple:
-        i = self.find(wanted)
-        if i is None:
-            return None, _no_column(wanted, self.head[5:])
-        values = self.table.records[self.points_row].values
-        points = _number(values[i]) if i < len(values) else None
-        if points is None:
-            return None, (f"column {self.head[i]!r} has no points possible "
-                          f"({values[i] if i < len(values) else ''!r}): a read-only column")
-        return Column(i, self.head[i], points, _decimal_comma(values[i])), ""
-
-
-class _Moodle(_Gradebook):
-    name, kind, id_column = "Moodle", "grading worksheet", "Identifier"
-    how = ("In Moodle: the assignment > View all submissions > Grading action: Download grading "
-           "worksheet (with 'Offline grading worksheet' on in its Feedback types).")
-
-    def __init__(self, table):
-        super().__init__(table)
-        for col in ("Grade", "Maximum Grade"):     # matched as _Gradebook.index matches
-            if self.index(col) is None:
-                raise ExportError(f"{table.path}: no '{col}' column; {self.how}")
-
-    def index(self, header):
-        """As _Gradebook.index, in the worksheet's language (lms.MOODLE_HEADERS)."""
-        return moodle_header(self.head, header)
-
-    def normal(self, key):
-        return _trailing_number(key.replace(" ", "_")) or key
-
-    def key(self, student_id):
-        return _trailing_number(student_id) or student_id
-
-    def display(self, record):
-        return self.cell(record, "Full name") or super().display(record)
-
-    def column(self, lesson, wanted):
-        i = self.index("Grade")
-        return Column(i, self.head[i], None), ""
-
-
-class _Blackboard(_Gradebook):
-    name, kind, id_column = "Blackboard", "Grade Centre download", "Username"
-    how = ("In Blackboard: Grade Centre > Full Grade Centre > Work Offline > Download (Full Grade "
-           "Centre, tab or comma delimited).")
-    HEADER = re.compile(r"(?P<name>.*?)\s*\[Total Pts: (?P<up>up to )?(?P<pts>[\d.,]+) "
-                        r"(?P<kind>[^\]]+)\]\s*\|(?P<id>\d+)\Z")
-    SUFFIX = re.compile(r"\s*\|(\d+)\Z")
-
-    def normal(self, key):
-        return key.casefold()
-
-    def key(self, student_id):
-        return student_id.strip().casefold()
-
-    def display(self, record):
-        last, first = self.cell(record, "Last Name"), self.cell(record, "First Name")
-        return f"{last}, {first}" if last or first else super().display(record)
-
-    def column(self, lesson, wanted):
-        i = self.find(wanted)
-        if i is None:
-            return None, _no_column(wanted, [h for h in self.head if self.HEADER.match(h)])
-        m = self.HEADER.match(self.head[i])
-        if not m:
-            return None, f"column {self.head[i]!r} has no '[Total Pts: N Score] |id' in its name"
-        if m["up"] or m["kind"] != "Score":
-            return None, (f"column {self.head[i]!r} is {'a calculated' if m['up'] else 'a ' + m['kind']}"
-                          " column; only a Score column takes grades (set the column's primary "
-                          "display to Score in Blackboard)")
-        return Column(i, self.head[i], _number(m["pts"]), _decimal_comma(m["pts"])), ""
-
-
-GRADEBOOKS = {"canvas": _Canvas, "moodle": _Moodle, "blackboard": _Blackboard}
-
-
-def _no_column(wanted: str, candidates) -> str:
-    shown = ", ".join(repr(c) for c in list(candidates)[:12]) or "none"
-    return f"no column {wanted!r} in the gradebook (its assignment columns: {shown})"
-
-
-def _lesson_columns(book, lessons, term, only=None) -> tuple:
-    """lesson -> Column, and lesson -> why not, for the lessons grades.csv holds."""
-    from autograder.course import LESSONS
-    columns, missing = {}, {}
-    for lesson in sorted(lessons):
-        if only is not None and lesson != only:
-            continue
-        wanted = term.lesson(lesson).lms_column if term is not None else None
-        if wanted is None and isinstance(book, _Moodle):
-            wanted = lesson
-        if wanted is None:     # no term file entry: the lesson's id or its title as column name
-            for guess in (lesson, getattr(LESSONS.get(lesson), "title", None)):
-                if guess and book.find(guess) is not None:
-                    wanted = guess
-                    break
-            else:
-                where = (f"no lms_column for it in the term file {term.path}" if term is not None
-                         else "no term file (no --term, none recorded in DIR/term-file.txt)")
-                missing[lesson] = (f"{where}, and no column is named after the lesson (give "
-                                   f"--term FILE with [lessons.{lesson}] lms_column = \"...\")")
-                continue
-        col, why = book.column(lesson, wanted)
-        if col is None:
-            missing[lesson] = why
-        else:
-            columns[lesson] = col
-    return columns, missing
-
-
-def _moodle_lesson(book, lessons, term, lesson, path) -> str:
-    """The one lesson a Moodle worksheet is for (module docstring says how it is chosen)."""
-    if lesson is not None:
-        if lesson not in lessons:
-            raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
-                              f"(it has {', '.join(sorted(lessons)) or 'none'})")
-        return lesson
-    named = [l for l in lessons if term is not None and term.lesson(l).lms_column
-             and term.lesson(l).lms_column.casefold() in Path(path).name.casefold()]
-    if len(named) == 1:
-        return named[0]
-    if len(lessons) == 1:
-        return next(iter(lessons))
-    raise ExportError(f"{path}: a Moodle grading worksheet holds one assignment; say which "
-                      f"lesson it is with --lesson (one of {', '.join(sorted(lessons))}), or name "
-                      "the assignment in the term file's lms_column as in the worksheet's file name")
-
-
 def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
                      feedback=None, send_undecided: bool = False) -> Export:
     """Fill the LMS gradebook file ``gradebook`` with the final scores of the class graded into
@@ -651,7 +193,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     book = GRADEBOOKS[lms](table)
     lessons = {r["assignment"] for r in rows}
     if lms == "moodle":
-        only = _moodle_lesson(book, lessons, term, lesson, gradebook)
+        only = moodle_lesson(book, lessons, term, lesson, gradebook)
     elif lesson is not None and lesson not in lessons:
         raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
                           f"(it has {', '.join(sorted(lessons)) or 'none'})")
@@ -660,7 +202,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     result = Export(lms, Path(gradebook), Path(out), sent_undecided=send_undecided)
     if term is not None and term.path is not None:
         result.term_file, result.term_recorded = Path(term.path), recorded
-    result.columns, result.unmatched_lessons = _lesson_columns(book, lessons, term, only)
+    result.columns, result.unmatched_lessons = lesson_columns(book, lessons, term, only)
     students = book.students()
     changes, graded_rows, filled_by, held_rows = {}, set(), {}, set()
     for row in rows:
@@ -681,7 +223,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
         points, comma = col.points, col.comma
         if points is None:      # Moodle: per row
             max_cell = book.cell(record, "Maximum Grade")
-            points, comma = _number(max_cell), _decimal_comma(max_cell)
+            points, comma = number_of(max_cell), decimal_comma(max_cell)
             if points is None:
                 result.notes.append(f"{sid}: Maximum Grade {max_cell!r} is not a number; "
                                     "not filled")
@@ -699,7 +241,7 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
             result.notes.append(f"{sid}: {value:g} capped at the Maximum Grade {points:g} "
                                 "(Moodle refuses a larger grade)")
             value = points
-        text = ids.spreadsheet_safe(_points_text(value, comma))
+        text = ids.spreadsheet_safe(points_text(value, comma))
         if lms == "moodle" and book.cell(record, "Grade can be changed").strip().casefold() in (
                 "no", MOODLE_NO[moodle_language(book.head)].casefold()):
             result.notes.append(f"{sid}: the worksheet says 'Grade can be changed: No' (locked "
@@ -717,9 +259,9 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
             continue
         changes[(record, col.index)] = text
         result.filled[(sid, row["assignment"])] = text
-        result.scale[(sid, row["assignment"])] = _points_text(points, comma)
+        result.scale[(sid, row["assignment"])] = points_text(points, comma)
         graded_rows.add(record)
-        if _number(old[col.index]) != _number(text):
+        if number_of(old[col.index]) != number_of(text):
             result.changed += 1
     result.kept = [book.display(r) for r in sorted(set(students.values()) - graded_rows - held_rows)]
     write_table(table, changes, out)

@@ -80,7 +80,7 @@ def _parameter_names(fn, n: int) -> list:
 
 WATCHED_MODULES = ("builtins", "math", "operator", "functools", "cmath", "statistics", "json",
                    "numpy", "torch", "torch.nn.functional", "torch.linalg", "mlexp", "mlexp.ops",
-                   "mlexp.rules",   # its watcher measures the student's call: the rules' evidence
+                   "mlexp.rules", "mlexp.rules_sight",   # the watcher and its helpers: the rules' evidence
                    "mlexp.kvcache", "mlexp.capstone", "mlexp.inattention",   # modules rules forbid
                    "IPython.display", "IPython.core.display_functions")
 # Of these, the library's own classes are watched too, with their methods (a watcher class

@@ -1,0 +1,305 @@
+"""The three gradebooks an export fills: Canvas's, Moodle's and Blackboard's columns, rows and
+points, behind one small base (:class:`_Gradebook`); :data:`GRADEBOOKS` names them by LMS.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.lms.layouts import moodle_header
+from autograder.lms.table import ExportError, Record, Table
+
+__all__ = ["Column", "Export", "GRADEBOOKS", "number_of", "decimal_comma", "points_text",
+           "trailing_number", "lesson_columns", "moodle_lesson"]
+
+
+# --------------------------------------------------------------------------- the three LMSs
+
+def number_of(cell: str):
+    """A points cell as a float ('10', '10.00', '10,5'), or None."""
+    cell = cell.strip()
+    if "," in cell and "." not in cell:
+        cell = cell.replace(",", ".")
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def decimal_comma(cell: str) -> bool:
+    """Whether a number cell uses a comma as its decimal mark ('10,5', '10,00'; not '10')."""
+    return "," in cell and "." not in cell
+
+
+def points_text(value: float, comma: bool) -> str:
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return text.replace(".", ",") if comma else text
+
+
+def trailing_number(student_id: str):
+    m = re.search(r"(?:^|_)(\d+)\Z", student_id)
+    return m.group(1) if m else None
+
+
+@dataclass
+class Column:
+    """A gradebook column a lesson fills: index, header, points possible (None: per row)."""
+    index: int
+    header: str
+    points: float = None
+    comma: bool = False     # the points were written with a decimal comma: so is each grade
+
+
+@dataclass
+class Export:
+    """What an export matched and did: the lines it prints, and the facts tests check."""
+    lms: str
+    gradebook: Path
+    out: Path
+    columns: dict = field(default_factory=dict)       # lesson -> Column
+    filled: dict = field(default_factory=dict)        # (student id, lesson) -> text written
+    scale: dict = field(default_factory=dict)         # (student id, lesson) -> its points possible, as text
+    changed: int = 0
+    kept: list = field(default_factory=list)          # gradebook students with no grade
+    unmatched_students: list = field(default_factory=list)   # grades.csv ids with no row
+    unmatched_lessons: dict = field(default_factory=dict)    # lesson -> why
+    notes: list = field(default_factory=list)
+    rows: dict = field(default_factory=dict)          # student id -> (record index, display name)
+    feedback: list = field(default_factory=list)      # names written into the feedback zip
+    feedback_zip: Path = None
+    term_file: Path = None        # the term file whose lms_column matched lessons (None: none)
+    term_recorded: bool = False   # that file was the one recorded in DIR/term-file.txt
+    held: list = field(default_factory=list)    # (student id, lesson, why) not sent: undecided
+    sent_undecided: bool = False  # --send-undecided: those were filled all the same
+
+    @property
+    def needs_you(self) -> bool:
+        """Something graded did not reach the gradebook: held back, or no row for the student."""
+        return bool(self.held or self.unmatched_students)
+
+
+class _Gradebook:
+    """What differs between the LMSs: which rows are students, their keys, the columns."""
+    name = ""
+    id_column = ""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self.head = table.header()
+        self.id_index = self.index(self.id_column)
+        if self.id_index is None:
+            raise ExportError(
+                f"{table.path} is not a {self.name} {self.kind}: its first row has no "
+                f"'{self.id_column}' column (it has {', '.join(map(repr, self.head[:8]))}"
+                f"{', ...' if len(self.head) > 8 else ''}). {self.how}")
+
+    def index(self, header: str):
+        """Index of the column named ``header``: the exact name, else the one name equal to it
+        ignoring case and surrounding spaces (``Maximum Grade``, ``maximum grade``; LMS versions
+        and language packs differ in case); None when none or several are."""
+        if header in self.head:
+            return self.head.index(header)
+        found = [i for i, h in enumerate(self.head) if h.strip().casefold() == header.casefold()]
+        return found[0] if len(found) == 1 else None
+
+    def cell(self, record: int, header: str) -> str:
+        values = self.table.records[record].values
+        i = self.index(header)
+        return values[i] if i is not None and i < len(values) else ""
+
+    def students(self) -> dict:
+        """gradebook key -> record index, for every row that is a student."""
+        out = {}
+        for r, rec in enumerate(self.table.records[1:], start=1):
+            key = rec.values[self.id_index].strip() if len(rec.values) > self.id_index else ""
+            if key and self.is_student(rec):
+                out.setdefault(self.normal(key), r)
+        return out
+
+    def is_student(self, rec: Record) -> bool:
+        return True
+
+    def normal(self, key: str) -> str:
+        return key
+
+    def display(self, record: int) -> str:
+        return self.table.records[record].values[self.id_index]
+
+    SUFFIX = re.compile(r"(?!)")     # a column's LMS id at the end of its header (group 1)
+    HEADER = None                    # a header with its name in group 'name'
+
+    def find(self, wanted: str):
+        """Index of the column ``wanted`` names: the header itself, its id suffix (Canvas
+        ``(1234)``, Blackboard ``|123456``), or its name without that suffix; None when none
+        or when the name alone fits several columns."""
+        clean = [h.strip() for h in self.head]
+        wanted = wanted.strip()
+        if wanted in clean:
+            return clean.index(wanted)
+        want_id = self.SUFFIX.search(wanted) or re.fullmatch(r"\|?(\d+)", wanted)
+        if want_id:
+            found = [i for i, h in enumerate(clean)
+                     if (m := self.SUFFIX.search(h)) and m.group(1) == want_id.group(1)]
+            if found:
+                return found[0]
+
+        def name(h):
+            m = self.HEADER.match(h) if self.HEADER else None
+            return m["name"] if m else self.SUFFIX.sub("", h)
+        found = [i for i, h in enumerate(clean) if name(h).casefold() == wanted.casefold()]
+        return found[0] if len(found) == 1 else None
+
+
+class _Canvas(_Gradebook):
+    name, kind, id_column = "Canvas", "gradebook export", "ID"
+    how = "In Canvas: Grades > Export > Export Entire Gradebook."
+    SPECIAL = {"points possible", "muted", "manual posting"}
+    SUFFIX = re.compile(r"\s*\((\d+)\)\Z")
+
+    def __init__(self, table):
+        super().__init__(table)
+        self.points_row = next((r for r, rec in enumerate(table.records[1:], start=1)
+                                if rec.values and rec.values[0].strip().lower() == "points possible"),
+                               None)
+        if self.points_row is None:
+            raise ExportError(f"{table.path}: no 'Points Possible' row (Canvas writes it second); "
+                              f"{self.how}")
+
+    def is_student(self, rec):
+        return rec.values[0].strip().lower() not in self.SPECIAL
+
+    def key(self, student_id):
+        return trailing_number(student_id) or student_id
+
+    def display(self, record):
+        return self.table.records[record].values[0] or super().display(record)
+
+    def column(self, lesson, wanted) -> tuple:
+        i = self.find(wanted)
+        if i is None:
+            return None, _no_column(wanted, self.head[5:])
+        values = self.table.records[self.points_row].values
+        points = number_of(values[i]) if i < len(values) else None
+        if points is None:
+            return None, (f"column {self.head[i]!r} has no points possible "
+                          f"({values[i] if i < len(values) else ''!r}): a read-only column")
+        return Column(i, self.head[i], points, decimal_comma(values[i])), ""
+
+
+class _Moodle(_Gradebook):
+    name, kind, id_column = "Moodle", "grading worksheet", "Identifier"
+    how = ("In Moodle: the assignment > View all submissions > Grading action: Download grading "
+           "worksheet (with 'Offline grading worksheet' on in its Feedback types).")
+
+    def __init__(self, table):
+        super().__init__(table)
+        for col in ("Grade", "Maximum Grade"):     # matched as _Gradebook.index matches
+            if self.index(col) is None:
+                raise ExportError(f"{table.path}: no '{col}' column; {self.how}")
+
+    def index(self, header):
+        """As _Gradebook.index, in the worksheet's language (lms.MOODLE_HEADERS)."""
+        return moodle_header(self.head, header)
+
+    def normal(self, key):
+        return trailing_number(key.replace(" ", "_")) or key
+
+    def key(self, student_id):
+        return trailing_number(student_id) or student_id
+
+    def display(self, record):
+        return self.cell(record, "Full name") or super().display(record)
+
+    def column(self, lesson, wanted):
+        i = self.index("Grade")
+        return Column(i, self.head[i], None), ""
+
+
+class _Blackboard(_Gradebook):
+    name, kind, id_column = "Blackboard", "Grade Centre download", "Username"
+    how = ("In Blackboard: Grade Centre > Full Grade Centre > Work Offline > Download (Full Grade "
+           "Centre, tab or comma delimited).")
+    HEADER = re.compile(r"(?P<name>.*?)\s*\[Total Pts: (?P<up>up to )?(?P<pts>[\d.,]+) "
+                        r"(?P<kind>[^\]]+)\]\s*\|(?P<id>\d+)\Z")
+    SUFFIX = re.compile(r"\s*\|(\d+)\Z")
+
+    def normal(self, key):
+        return key.casefold()
+
+    def key(self, student_id):
+        return student_id.strip().casefold()
+
+    def display(self, record):
+        last, first = self.cell(record, "Last Name"), self.cell(record, "First Name")
+        return f"{last}, {first}" if last or first else super().display(record)
+
+    def column(self, lesson, wanted):
+        i = self.find(wanted)
+        if i is None:
+            return None, _no_column(wanted, [h for h in self.head if self.HEADER.match(h)])
+        m = self.HEADER.match(self.head[i])
+        if not m:
+            return None, f"column {self.head[i]!r} has no '[Total Pts: N Score] |id' in its name"
+        if m["up"] or m["kind"] != "Score":
+            return None, (f"column {self.head[i]!r} is {'a calculated' if m['up'] else 'a ' + m['kind']}"
+                          " column; only a Score column takes grades (set the column's primary "
+                          "display to Score in Blackboard)")
+        return Column(i, self.head[i], number_of(m["pts"]), decimal_comma(m["pts"])), ""
+
+
+GRADEBOOKS = {"canvas": _Canvas, "moodle": _Moodle, "blackboard": _Blackboard}
+
+
+def _no_column(wanted: str, candidates) -> str:
+    shown = ", ".join(repr(c) for c in list(candidates)[:12]) or "none"
+    return f"no column {wanted!r} in the gradebook (its assignment columns: {shown})"
+
+
+def lesson_columns(book, lessons, term, only=None) -> tuple:
+    """lesson -> Column, and lesson -> why not, for the lessons grades.csv holds."""
+    from autograder.course import LESSONS
+    columns, missing = {}, {}
+    for lesson in sorted(lessons):
+        if only is not None and lesson != only:
+            continue
+        wanted = term.lesson(lesson).lms_column if term is not None else None
+        if wanted is None and isinstance(book, _Moodle):
+            wanted = lesson
+        if wanted is None:     # no term file entry: the lesson's id or its title as column name
+            for guess in (lesson, getattr(LESSONS.get(lesson), "title", None)):
+                if guess and book.find(guess) is not None:
+                    wanted = guess
+                    break
+            else:
+                where = (f"no lms_column for it in the term file {term.path}" if term is not None
+                         else "no term file (no --term, none recorded in DIR/term-file.txt)")
+                missing[lesson] = (f"{where}, and no column is named after the lesson (give "
+                                   f"--term FILE with [lessons.{lesson}] lms_column = \"...\")")
+                continue
+        col, why = book.column(lesson, wanted)
+        if col is None:
+            missing[lesson] = why
+        else:
+            columns[lesson] = col
+    return columns, missing
+
+
+def moodle_lesson(book, lessons, term, lesson, path) -> str:
+    """The one lesson a Moodle worksheet is for (module docstring says how it is chosen)."""
+    if lesson is not None:
+        if lesson not in lessons:
+            raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
+                              f"(it has {', '.join(sorted(lessons)) or 'none'})")
+        return lesson
+    named = [l for l in lessons if term is not None and term.lesson(l).lms_column
+             and term.lesson(l).lms_column.casefold() in Path(path).name.casefold()]
+    if len(named) == 1:
+        return named[0]
+    if len(lessons) == 1:
+        return next(iter(lessons))
+    raise ExportError(f"{path}: a Moodle grading worksheet holds one assignment; say which "
+                      f"lesson it is with --lesson (one of {', '.join(sorted(lessons))}), or name "
+                      "the assignment in the term file's lms_column as in the worksheet's file name")
