@@ -360,7 +360,7 @@ def _grade(args) -> int:
     notes = [n for n in (notes.read_text().splitlines() if notes.is_file() else [])
              if not n.endswith("fully isolated")]
     print("\n" + "\n".join(summary_lines(results, seconds, Path(args.out), notes)))
-    from autograder.results import OVERRIDES_FILE
+    from autograder.term.policy import OVERRIDES_FILE
     from autograder.term.termfile import TERM_RECORD
     if term is not None or any((Path(args.out) / n).is_file() for n in (OVERRIDES_FILE, TERM_RECORD)):
         print("the scores above are the tests' own; grades.csv's score has the term's late "

@@ -26,9 +26,9 @@ CELL_TIMEOUT_S = GradingOptions().cell_timeout
 # SanitizeFeedback removes what a student's markdown or outputs could run in the page.
 FEEDBACK_PREPROCESSORS = [
     "nbgrader.preprocessors.GetGrades",
-    "autograder.reporting.feedback.HideHiddenTests",
-    "autograder.reporting.feedback.ExerciseFeedback",
-    "autograder.reporting.feedback.SanitizeFeedback",
+    "autograder.engine.feedback.HideHiddenTests",
+    "autograder.engine.feedback.ExerciseFeedback",
+    "autograder.engine.feedback.SanitizeFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

@@ -11,9 +11,15 @@ import json
 import os
 from pathlib import Path
 
+import nbformat
+
+from autograder.cells import grade_id_of, nbgrader_meta
 from autograder.ids import folder_name
 
-__all__ = ["journal_path", "load_result", "save_result", "digest", "atomic_write"]
+__all__ = ["journal_path", "load_result", "save_result", "digest", "atomic_write", "MANIFEST",
+           "write_manifest", "read_manifest", "load_results", "lesson_maxima"]
+
+MANIFEST = "class.json"     # the class of a grading folder: its students, lessons and columns
 
 
 def journal_path(out: Path, assignment: str, student: str) -> Path:
@@ -59,3 +65,42 @@ def digest(*parts) -> str:
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()
+
+
+# ------------------------------------------------- the class a grading folder holds (class.json)
+
+def write_manifest(out: Path, entries, columns: dict) -> None:
+    """Record the class of this run: [(student, assignment, internal id)] and each lesson's
+    exercise columns of grades.csv, so ``report DIR`` rebuilds exactly what ``grade`` wrote."""
+    data = {"students": [list(e) for e in entries], "columns": columns}
+    atomic_write(Path(out) / MANIFEST, json.dumps(data, indent=1))
+
+
+def read_manifest(out: Path):
+    path = Path(out) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: grade the class into {out} first "
+                                "(python -m autograder grade ... --out DIR).")
+    data = json.loads(path.read_text())
+    return [tuple(e) for e in data["students"]], dict(data["columns"])
+
+
+def load_results(out: Path) -> list:
+    """The journal dicts of the class graded into ``out``, in grades.csv order (class.json);
+    raises FileNotFoundError when ``out`` holds no graded class."""
+    entries, _ = read_manifest(out)
+    found = (load_result(out, assignment, student) for student, assignment, _ in entries)
+    return [r for r in found if r is not None]
+
+
+def lesson_maxima(out: Path, assignments) -> dict:
+    """{assignment: {grade_id: points}} of each lesson's autograded cells, read from its
+    release in ``out/work/release`` (no kernel); a lesson without a release maps to {}."""
+    maxima = {}
+    for a in sorted(assignments):
+        maxima[a] = {}
+        for p in sorted((Path(out) / "work" / "release" / a).glob("*.ipynb")):
+            maxima[a].update({grade_id_of(c): float(nbgrader_meta(c).get("points", 0))
+                              for c in nbformat.read(p, as_version=4).cells
+                              if nbgrader_meta(c).get("grade") and grade_id_of(c)})
+    return maxima

@@ -17,7 +17,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "autograder"
 DATA_FOLDERS = {"demo", "templates", "__pycache__"}      # data of the grader, not its code
 TOP = {"cli", "__main__", "__init__"}
-FLOORS = ["base", "lms", "intake", "engine/kernel", "engine/jail", "engine", "reporting", "term",
+FLOORS = ["base", "lms", "intake", "engine/kernel", "engine/jail", "engine", "term", "reporting",
           "publishing", "grading", "top"]
 KERNEL = "engine/kernel"
 # What the kernel folder's modules may import besides the standard library and each other: they

@@ -17,7 +17,7 @@ import pytest
 from autograder.lms import layouts as lms
 from autograder.cli import main
 from autograder.term.export import ExportError, export_gradebook, format_export, read_table, term_for
-from autograder.reporting.feedback import _GRADE_BOX
+from autograder.engine.feedback import _GRADE_BOX
 from autograder.grading.grade import Result, write_csv
 from autograder.ids import FORMULA_PREFIXES, folder_name
 
@@ -289,7 +289,7 @@ def test_export_holds_back_what_no_one_decided(tmp_path, capsys):
     """An undecided manual review and rejected work keep the cell the LMS gave (blank), are
     listed with why, and make export exit 3; overrides.csv deciding them, or --send-undecided,
     lets them through. Every other cell is the rule's: score / max x the column's points."""
-    from autograder.results import Override
+    from autograder.term.policy import Override
     out = tmp_path / "graded"
     out.mkdir()
     results = [Result("smithann_12345", "01_running_sum", score=6, max_score=6,

@@ -193,7 +193,7 @@ def test_marker_words_in_a_student_cell_neither_break_nor_hide(comment):
 
 
 def test_a_test_cell_region_without_end_is_removed_to_the_end():
-    from autograder.reporting.feedback import HideHiddenTests
+    from autograder.engine.feedback import HideHiddenTests
     cell = nbformat.v4.new_code_cell("assert f(1) == 1\n### BEGIN HIDDEN TESTS\nassert f(2) == 9",
                                      metadata={"nbgrader": {"grade": True, "solution": False,
                                                             "grade_id": "t", "points": 1}})

@@ -165,7 +165,7 @@ def unsafe(page: str, baseline: _Page) -> list:
     got, problems = parse(page), []
     problems += [f"script {s}" for s in got.scripts if s not in baseline.scripts]
     counts = lambda p, t: sum(tag == t for tag, _ in p.elements)  # noqa: E731
-    # <math> is allowed: the page's own MathML (autograder.reporting.feedback.tex_to_mathml), whose
+    # <math> is allowed: the page's own MathML (autograder.engine.feedback.tex_to_mathml), whose
     # attributes are checked below like any other element's.
     for tag in ("iframe", "object", "embed", "frame", "base", "form", "meta", "link", "svg",
                 "style", "input", "button"):

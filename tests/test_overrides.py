@@ -8,7 +8,7 @@ import csv
 
 import pytest
 
-from autograder.results import OVERRIDE_COLUMNS, OverrideError, read_overrides
+from autograder.term.policy import OVERRIDE_COLUMNS, OverrideError, read_overrides
 
 KNOWN = {("ann", "toy"): {"test_add": 2.0, "test_mul": 3.0}}
 
@@ -44,8 +44,9 @@ def test_the_header_needs_comment_and_by(tmp_path):
 def test_the_grade_box_names_the_exercise_by_title_and_says_1_point():
     """Item 3 (needs the patch to feedback.py and report.py): "exercise test_your_turn set to
     1 points" becomes "exercise “Your turn” set to 1 point"."""
-    from autograder.reporting.feedback import grade_box
-    from autograder.results import Override, Result, final_grades
+    from autograder.engine.feedback import grade_box
+    from autograder.results import Result
+    from autograder.term.policy import Override, final_grades
     res = Result("ann", "toy", 5, 5, exercises={"test_add": 2.0, "test_mul": 3.0})
     over = [Override("ann", "toy", "test_add", 1, "", ""), Override("ann", "toy", "test_mul", 2, "", "")]
     (row,) = final_grades([res], None, over)
@@ -60,8 +61,9 @@ def test_the_grade_box_keeps_grader_internals_off_the_students_page():
     student's page shows a late line only for a lateness the grader measured."""
     import datetime as dt
 
-    from autograder.reporting.feedback import grade_box
-    from autograder.results import CANVAS_LATE_SOURCE, Result, final_grades
+    from autograder.engine.feedback import grade_box
+    from autograder.results import CANVAS_LATE_SOURCE, Result
+    from autograder.term.policy import final_grades
     from autograder.term.termfile import LatePolicy, LessonTerm, Term
     due = dt.datetime(2026, 10, 1, 23, 59, tzinfo=dt.timezone.utc)
     term = Term(lessons={"toy": LessonTerm(due=due)}, late=LatePolicy(per_day=0.1))

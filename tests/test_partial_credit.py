@@ -156,7 +156,7 @@ def test_a_partial_test_shows_the_hints_it_printed():
     (after the points it gave) and the self-check's FAIL line; a full score shows none."""
     from nbformat.v4 import new_code_cell, new_output
 
-    from autograder.reporting.feedback import ExerciseFeedback
+    from autograder.engine.feedback import ExerciseFeedback
     from autograder.mistakes import hint_shown
     from mlexp.check import printed_hints, result_of
 

@@ -15,9 +15,9 @@ import pytest
 
 from autograder.cli import main
 from autograder.grading.grade import SANDBOX_PREPROCESSORS, grade_class
-from autograder.results import (GRADE_COLUMNS, NEEDS_REVIEW, OVERRIDE_COLUMNS, Override,
-                                OverrideError, Result, Status, final_grades, late_penalty,
-                                load_final_grades, read_overrides)
+from autograder.results import GRADE_COLUMNS, NEEDS_REVIEW, Result, Status
+from autograder.term.policy import (OVERRIDE_COLUMNS, Override, OverrideError, final_grades,
+                                    late_penalty, load_final_grades, read_overrides)
 from autograder.term.termfile import load_term
 from toy_course import ADD_SOLUTION, ASSIGNMENT, MEAN_SOLUTION, MUL_SOLUTION, NOTEBOOK, make_toy_course
 
@@ -255,7 +255,7 @@ def _aware_of(row, zone=None) -> dt.datetime:
 
 
 def test_a_moodle_worksheet_gives_submission_times_at_report_time(tmp_path):
-    from autograder.results import with_worksheet_times
+    from autograder.term.policy import with_worksheet_times
     sheet = tmp_path / "worksheet.csv"
     sheet.write_text('"Identifier","Full name","Status","Grade","Last modified (submission)"\n'
                      '"Participant 1001","Ann Smith","Submitted","","Friday, 2 October 2026, 11:00 PM"\n'
@@ -448,7 +448,7 @@ def test_the_instructors_guide_term_example_is_a_valid_term_file(tmp_path):
 
 
 def test_the_grade_box_is_placed_replaced_escaped_and_removed(tmp_path, tmp_path_factory):
-    from autograder.reporting.feedback import GRADE_BOX_START, write_grade_boxes
+    from autograder.engine.feedback import GRADE_BOX_START, write_grade_boxes
     page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
     page.parent.mkdir(parents=True)
     page.write_text("<html><body><h4>toy (Score: 6 / 6)</h4><p>cells</p></body></html>")
@@ -474,7 +474,7 @@ def test_one_folder_holds_every_lesson_graded_into_it(tmp_path):
     report and overrides see both; grading A again replaces A's entries only."""
     from autograder.publishing.build import build
     from autograder.publishing.demo import student_notebook
-    from autograder.results import load_final_grades
+    from autograder.term.policy import load_final_grades
     course = make_toy_course(tmp_path / "course")
     second = "toy_two"
     (course / "solutions" / second).mkdir()
@@ -531,7 +531,7 @@ def test_extension_warnings_name_only_lessons_graded_in_the_folder():
 def test_one_score_on_the_page_and_overrides_on_their_rows(tmp_path):
     """The page as the template marks its scores: with a box, nbgrader's tests-only heading score
     goes and an overridden exercise shows the override; without one, the tests' scores return."""
-    from autograder.reporting.feedback import write_grade_boxes
+    from autograder.engine.feedback import write_grade_boxes
     page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
     page.parent.mkdir(parents=True)
     graded = ('<html><body><h4>toy.ipynb <span class="mlexp-tests-score" data-tests="(Score: 3.0 / 6.0)">'
@@ -555,7 +555,7 @@ def test_the_page_sent_to_the_lms_heads_with_the_gradebooks_grade(tmp_path):
     """The feedback zip's page says the grade the gradebook cell holds, on that column's scale, at
     the top; the lesson's points and the box's other lines stay under it; with no box, one is
     made and nbgrader's tests-only heading score goes, so the page shows one grade."""
-    from autograder.reporting.feedback import GRADE_BOX_START, gradebook_page, write_grade_boxes
+    from autograder.engine.feedback import GRADE_BOX_START, gradebook_page, write_grade_boxes
     page = tmp_path / "feedback" / "ann" / ASSIGNMENT / "toy.html"
     page.parent.mkdir(parents=True)
     graded = ('<html><body><h4>toy.ipynb <span class="mlexp-tests-score" data-tests="(Score: 3.0 / 6.0)">'

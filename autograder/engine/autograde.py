@@ -31,7 +31,7 @@ __all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "reas
            "SANDBOX_PREPROCESSORS"]
 
 # No nbgrader AssignLatePenalties: late penalties are applied once, when results become grades
-# (autograder.results.final_grades, in `report`), from the term file; never in the gradebook.
+# (autograder.term.policy.final_grades, in `report`), from the term file; never in the gradebook.
 SANDBOX_PREPROCESSORS = (
     "autograder.engine.sandbox.SandboxedExecute", "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",

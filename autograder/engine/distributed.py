@@ -67,8 +67,7 @@ class WorkerUnfit(ClusterError):
     """A worker whose environment or sandbox differs from what grading needs (raised there)."""
 
 
-def _sources_digest(package) -> str:
-    root = Path(package.__file__).resolve().parent
+def _sources_digest(root: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(root.rglob("*.py")):
         h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
@@ -80,9 +79,9 @@ def environment() -> dict:
     the autograder and mlexp sources, the Python version and the versions of the packages that
     run a notebook (``None`` for one not installed)."""
     import mlexp
-
-    import autograder
-    env = {"autograder and mlexp sources": _sources_digest(autograder) + _sources_digest(mlexp),
+    grader = Path(__file__).resolve().parents[1]     # the autograder package's folder
+    env = {"autograder and mlexp sources": _sources_digest(grader)
+           + _sources_digest(Path(mlexp.__file__).resolve().parent),
            "python": "%d.%d" % sys.version_info[:2]}
     for name in PACKAGES:
         try:

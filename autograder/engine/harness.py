@@ -38,8 +38,8 @@ from autograder.engine.kernel import wire  # noqa: E402
 from autograder.engine.calls import KernelLink, StudentFunction  # noqa: E402
 from autograder.cells import grade_id_of, is_test_cell  # noqa: E402
 from autograder.engine.notebook_client import (KERNEL_MODULE, NOT_RUN_ENAME, TIMEOUT_ENAME,  # noqa: E402
-                              HarnessClient, KernelGone, SandboxKernelManager, StudentTimeout,
-                              _error)
+                                               HarnessClient, KernelGone, SandboxKernelManager, StudentTimeout,
+                                               _error)
 from autograder.options import GradingOptions  # noqa: E402
 from autograder.engine.protocol import Job, KernelRequest, Report  # noqa: E402
 from autograder.engine.testcell import run_test  # noqa: E402

@@ -321,7 +321,7 @@ class SandboxedExecute(NbGraderPreprocessor):
         cache = _LESSON_CODE     # nbgrader makes this step anew for every notebook: kept per process
         if key not in cache:
             from autograder.cells import is_test_cell
-            from autograder.publishing.releases import git_versions
+            from autograder.engine.versions import git_versions
             versions = [nbformat.read(release, as_version=4)] if key[-1] is not None else []
             if self.course_root:
                 versions += git_versions(Path(self.course_root), f"lessons/{assignment}/{notebook}.ipynb")

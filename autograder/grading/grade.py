@@ -29,13 +29,14 @@ from autograder.engine.autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_
 from autograder.cells import grade_id_of, is_graded, nbgrader_meta
 from autograder.intake.collect import DEFAULT_MAX_BYTES, choose_notebook, collect
 from autograder.config import list_assignments
-from autograder.reporting.insights import EarlierLessons
+from autograder.grading.earlier import EarlierLessons
 from autograder.journal import atomic_write, digest, load_result, save_result
 from autograder.options import GradingOptions
 from autograder.publishing.releases import git_releases, release_history, update_releases
 from autograder.intake.repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
-from autograder.results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, OVERRIDES_FILE,
-                      Result, final_grades, read_overrides, read_timestamp, write_grades_csv)
+from autograder.results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, Result,
+                                read_timestamp, write_grades_csv)
+from autograder.term.policy import OVERRIDES_FILE, final_grades, read_overrides
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
            "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION", "SANDBOX_PREPROCESSORS"]
@@ -299,7 +300,7 @@ def _write_report(root: Path, out: Path, prepared: list, lessons: dict, term=Non
     """The class report, insights.csv and the CSVs with hints (autograder.reporting.report), from what
     this run committed and the lessons ``kept`` from earlier runs; a failure here is a warning
     (every grade is already saved)."""
-    from autograder.reporting.insights import write_manifest
+    from autograder.journal import write_manifest
     from autograder.reporting.report import write_class_outputs
     entries = [(j.result.student, j.result.assignment, j.sub.student) for j in prepared]
     columns = {a: lessons[a].columns for a in lessons}
@@ -363,7 +364,7 @@ def write_csv(path: Path, results: list, exercise_columns: list, hints=None, ter
     """grades.csv from Results: one row per student and assignment, BASE_COLUMNS, then points
     per graded cell, then ``hints`` when given ((student, assignment) -> mistake ids). With
     ``term`` (autograder.term.termfile.Term) and ``overrides`` ([results.Override]) the late rule and the
-    instructor's decisions are applied (autograder.results.final_grades). Atomic; every text
+    instructor's decisions are applied (autograder.term.policy.final_grades). Atomic; every text
     cell is spreadsheet-safe (an id like ``=HYPERLINK(...)`` is shown, never run)."""
     write_grades_csv(path, final_grades(results, term, overrides), exercise_columns, hints)
 

@@ -8,7 +8,6 @@ since (autograder.intake.repair's ``earlier``). A regenerated assignment leaves 
 first (nbgrader refuses to change the cells of an assignment with submissions).
 """
 import json
-import subprocess
 import warnings
 from pathlib import Path
 
@@ -20,8 +19,9 @@ from autograder.publishing.build import generate_release
 from autograder.config import work_config
 from autograder.journal import atomic_write, digest
 from autograder.intake.repair import release_cells
+from autograder.engine.versions import git_versions
 
-__all__ = ["update_releases", "release_history", "git_releases", "git_versions"]
+__all__ = ["update_releases", "release_history", "git_releases"]
 
 
 def history_path(work: Path, assignment: str) -> Path:
@@ -35,27 +35,6 @@ def release_history(work: Path, assignment: str) -> list:
     except (OSError, ValueError):
         return []
     return history if isinstance(history, list) else []
-
-
-def git_versions(root: Path, rel: str, limit: int = 30) -> list:
-    """The notebook at ``rel`` (a path in the course) as each of its last ``limit`` commits held
-    it, oldest first, as nbformat notebooks. [] when the course is not a git checkout (or git
-    is missing); a commit where the file was deleted or is not a notebook is skipped."""
-
-    def git(*args):
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60,
-                              check=True).stdout
-    try:
-        revs = git("log", f"-{limit}", "--format=%H", "--", rel).decode().split()
-    except (OSError, subprocess.SubprocessError):
-        return []
-    found = []
-    for rev in reversed(revs):
-        try:
-            found.append(nbformat.reads(git("show", f"{rev}:{rel}").decode(), as_version=4))
-        except Exception:   # noqa: BLE001 (a commit where the file was deleted or not JSON)
-            continue
-    return found
 
 
 def git_releases(root: Path, assignment: str, name: str, limit: int = 30) -> list:

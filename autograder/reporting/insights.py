@@ -9,24 +9,21 @@ submitted notebooks in ``DIR/work/``, and each lesson's mistake catalogue
 """
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
 from autograder import ids
-from autograder.journal import atomic_write, load_result
+from autograder.journal import atomic_write, load_result, read_manifest
 from autograder.cells import grade_id_of, is_test_cell, nbgrader_meta
 from autograder.mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, load_mistakes,
-                       match_mistake)
-from autograder.results import REJECTED, Result, Status
+                                 match_mistake)
+from autograder.results import REJECTED, Status
 
-__all__ = ["MANIFEST", "INSIGHT_COLUMNS", "Exercise", "ReleasedLesson", "Insight", "ClassData",
-           "write_manifest", "load_class", "load_results", "lesson_maxima", "write_insights_csv",
-           "write_lesson_csvs"]
+__all__ = ["INSIGHT_COLUMNS", "Exercise", "ReleasedLesson", "Insight", "ClassData", "load_class",
+           "write_insights_csv", "write_lesson_csvs"]
 
-MANIFEST = "class.json"
 INSIGHT_COLUMNS = ["student_id", "assignment", "exercise", "title", "points", "max_points",
                    "mistake", "hint"]
 
@@ -84,71 +81,6 @@ class ClassData:
         """The mistake ids of the exercises ``student`` lost, space-separated."""
         return " ".join(i.mistake for i in self.insights
                         if (i.student, i.assignment) == (student, assignment) and i.mistake)
-
-
-def write_manifest(out: Path, entries, columns: dict) -> None:
-    """Record the class of this run: [(student, assignment, internal id)] and each lesson's
-    exercise columns of grades.csv, so ``report DIR`` rebuilds exactly what ``grade`` wrote."""
-    data = {"students": [list(e) for e in entries], "columns": columns}
-    atomic_write(Path(out) / MANIFEST, json.dumps(data, indent=1))
-
-
-def _read_manifest(out: Path):
-    path = Path(out) / MANIFEST
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: grade the class into {out} first "
-                                "(python -m autograder grade ... --out DIR).")
-    data = json.loads(path.read_text())
-    return [tuple(e) for e in data["students"]], dict(data["columns"])
-
-
-def load_results(out: Path) -> list:
-    """The journal dicts of the class graded into ``out``, in grades.csv order (class.json);
-    raises FileNotFoundError when ``out`` holds no graded class."""
-    entries, _ = _read_manifest(out)
-    found = (load_result(out, assignment, student) for student, assignment, _ in entries)
-    return [r for r in found if r is not None]
-
-
-class EarlierLessons:
-    """The lessons graded into ``out`` by earlier runs that this run does not grade: a folder
-    holds a term, so grading lesson 01 keeps lesson 04 in the class (class.json, grades.csv,
-    overrides, report and export). A lesson this run grades replaces its own entries whole."""
-
-    def __init__(self, out: Path, graded_now: set):
-        try:
-            entries, columns = _read_manifest(out)
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            entries, columns = [], {}
-        self.entries = [e for e in entries if e[1] not in graded_now]
-        lessons = {a for _, a, _ in self.entries}
-        self.columns = {a: c for a, c in columns.items() if a in lessons}
-        self.maxima = lesson_maxima(out, lessons)
-        self.results = []
-        for student, assignment, _ in self.entries:
-            found = load_result(out, assignment, student)
-            if found is not None:
-                res = Result.from_dict(found)
-                if not res.max_score:   # rejected: what it could have scored
-                    res.max_score = float(sum(self.maxima.get(assignment, {}).values()))
-                self.results.append(res)
-
-    def known(self) -> dict:
-        """{(student, assignment): {grade_id: points}} for read_overrides."""
-        return {(s, a): self.maxima.get(a, {}) for s, a, _ in self.entries}
-
-
-def lesson_maxima(out: Path, assignments) -> dict:
-    """{assignment: {grade_id: points}} of each lesson's autograded cells, read from its
-    release in ``out/work/release`` (no kernel); a lesson without a release maps to {}."""
-    maxima = {}
-    for a in sorted(assignments):
-        maxima[a] = {}
-        for p in sorted((Path(out) / "work" / "release" / a).glob("*.ipynb")):
-            maxima[a].update({grade_id_of(c): float(nbgrader_meta(c).get("points", 0))
-                              for c in nbformat.read(p, as_version=4).cells
-                              if nbgrader_meta(c).get("grade") and grade_id_of(c)})
-    return maxima
 
 
 def _cells(nb, kind: str) -> dict:
@@ -217,7 +149,7 @@ def load_class(root: Path, out: Path) -> ClassData:
     when ``out`` holds no graded class, ValueError for a malformed mistakes.json."""
     out = Path(out)
     work = out / "work"
-    entries, columns = _read_manifest(out)
+    entries, columns = read_manifest(out)
     lessons, data = {}, ClassData([], {}, columns)
     for student, assignment, internal in entries:
         res = load_result(out, assignment, student)
@@ -255,7 +187,8 @@ def write_lesson_csvs(out: Path, data: ClassData, rows: list = None) -> list:
     grades-<lesson>.csv for each lesson (only its rows and its exercise columns) from ``rows``
     ([results.FinalGrade]; default: the results as graded, no term, no overrides); returns the
     paths written."""
-    from autograder.results import final_grades, write_grades_csv
+    from autograder.results import write_grades_csv
+    from autograder.term.policy import final_grades
     rows = final_grades(data.results) if rows is None else rows
     hints = {(r.student, r.assignment): data.hints(r.student, r.assignment) for r in rows}
     paths = [Path(out) / "grades.csv"]

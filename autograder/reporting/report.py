@@ -30,7 +30,8 @@ from autograder import ids
 from autograder.reporting.insights import ClassData, load_class, write_insights_csv, write_lesson_csvs
 from autograder.journal import atomic_write
 from autograder.mistakes import NO_MATCH, NOT_GRADED
-from autograder.results import GRADED, NEEDS_REVIEW, REJECTED, TIMED_OUT, Status, class_grades, final_grades
+from autograder.results import GRADED, NEEDS_REVIEW, REJECTED, TIMED_OUT, Status
+from autograder.term.policy import class_grades, final_grades
 from autograder.reporting.similarity import MIN_SHARED, THRESHOLD, available, similar_pairs
 
 __all__ = ["write_class_outputs", "render_report", "unknown_extensions", "REPORT_FILE",
@@ -76,7 +77,7 @@ def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD, ter
     pages updated, "grades": [FinalGrade]}. Raises FileNotFoundError when ``out`` holds no
     graded class, results.OverrideError, term.TermError."""
     from autograder.config import list_assignments
-    from autograder.reporting.feedback import write_grade_boxes
+    from autograder.engine.feedback import write_grade_boxes
     from autograder.term.termfile import remember_term, remembered_term
     out = Path(out)
     if term is None:

@@ -222,7 +222,7 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
     (module docstring). Raises CanvasError, export.ExportError for an unreadable DIR."""
     from autograder.lms.gradebooks import points_text, trailing_number
     from autograder.term.export import _feedback_page, _final_rows
-    from autograder.reporting.feedback import gradebook_page
+    from autograder.engine.feedback import gradebook_page
     rows = [r for r in _final_rows(out_dir, term) if r["assignment"] == lesson]
     if not rows:
         raise CanvasError(f"{out_dir} holds no grades of lesson {lesson}: grade it there first, "

@@ -95,11 +95,12 @@ def _final_rows(out_dir, term=None) -> list:
     The one place export reads scores from. A class graded here (its journal in
     ``out_dir``/results) is read as ``report`` reads it, with ``term``'s late rules (None: the
     term file of the last ``--term``) and ``overrides.csv`` applied
-    (:func:`autograder.results.load_final_grades`); a folder holding only a grades.csv (copied
+    (:func:`autograder.term.policy.load_final_grades`); a folder holding only a grades.csv (copied
     from elsewhere) is read from its ``score`` column. Raises ExportError naming the file, row
     and column of anything unreadable.
     """
-    from autograder.results import Status, load_final_grades
+    from autograder.results import Status
+    from autograder.term.policy import load_final_grades
     if (Path(out_dir) / "results").is_dir():
         try:
             return [{"student_id": g.student, "assignment": g.assignment, "score": float(g.score),
@@ -285,9 +286,9 @@ def _feedback_page(out_dir: Path, student: str, lesson: str):
 def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
     """Write the feedback pages of every filled cell into the zip at ``path``, as the LMS takes
     them back (module docstring), each headed by the grade as written into its gradebook cell, on
-    that column's scale (:func:`autograder.reporting.feedback.gradebook_page`; the pages in DIR keep the
+    that column's scale (:func:`autograder.engine.feedback.gradebook_page`; the pages in DIR keep the
     lesson's points); returns the names written. A missing page becomes a note."""
-    from autograder.reporting.feedback import gradebook_page
+    from autograder.engine.feedback import gradebook_page
     names = []
     tmp = Path(path).with_name(f".{Path(path).name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
