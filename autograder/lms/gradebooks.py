@@ -1,21 +1,25 @@
-"""The three gradebooks an export fills: Canvas's, Moodle's and Blackboard's columns, rows and
-points, behind one small base (:class:`_Gradebook`); :data:`GRADEBOOKS` names them by LMS.
+"""The gradebook an export fills, as one small base (:class:`_Gradebook`): which rows are
+students, their keys, the columns and their points. Each LMS's own is in its module
+(``canvas._Canvas``, ``moodle._Moodle``, ``blackboard._Blackboard``) and is its ``Lms.gradebook``;
+:data:`GRADEBOOKS` names them by LMS, read from the registry (``lms.base.LMSS``).
 """
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.lms.layouts import moodle_header
+from autograder.course import LESSONS
+from autograder.lms.base import LMSS
 from autograder.lms.table import ExportError, Record, Table
 
 __all__ = ["Column", "Export", "GRADEBOOKS", "number_of", "decimal_comma", "points_text",
            "trailing_number", "lesson_columns", "moodle_lesson"]
 
 
-# --------------------------------------------------------------------------- the three LMSs
+# ------------------------------------------------------------------------------ the base
 
 def number_of(cell: str):
     """A points cell as a float ('10', '10.00', '10,5'), or None."""
@@ -85,6 +89,7 @@ class _Gradebook:
     """What differs between the LMSs: which rows are students, their keys, the columns."""
     name = ""
     id_column = ""
+    one_column = False    # one assignment per file: its one grade column, whatever the lesson
 
     def __init__(self, table: Table):
         self.table = table
@@ -125,6 +130,10 @@ class _Gradebook:
     def normal(self, key: str) -> str:
         return key
 
+    def key(self, student_id: str) -> str:
+        """The gradebook key of a grades.csv student id (as students() keys the rows)."""
+        return student_id
+
     def display(self, record: int) -> str:
         return self.table.records[record].values[self.id_index]
 
@@ -152,105 +161,29 @@ class _Gradebook:
         found = [i for i, h in enumerate(clean) if name(h).casefold() == wanted.casefold()]
         return found[0] if len(found) == 1 else None
 
-
-class _Canvas(_Gradebook):
-    name, kind, id_column = "Canvas", "gradebook export", "ID"
-    how = "In Canvas: Grades > Export > Export Entire Gradebook."
-    SPECIAL = {"points possible", "muted", "manual posting"}
-    SUFFIX = re.compile(r"\s*\((\d+)\)\Z")
-
-    def __init__(self, table):
-        super().__init__(table)
-        self.points_row = next((r for r, rec in enumerate(table.records[1:], start=1)
-                                if rec.values and rec.values[0].strip().lower() == "points possible"),
-                               None)
-        if self.points_row is None:
-            raise ExportError(f"{table.path}: no 'Points Possible' row (Canvas writes it second); "
-                              f"{self.how}")
-
-    def is_student(self, rec):
-        return rec.values[0].strip().lower() not in self.SPECIAL
-
-    def key(self, student_id):
-        return trailing_number(student_id) or student_id
-
-    def display(self, record):
-        return self.table.records[record].values[0] or super().display(record)
-
-    def column(self, lesson, wanted) -> tuple:
-        i = self.find(wanted)
-        if i is None:
-            return None, _no_column(wanted, self.head[5:])
-        values = self.table.records[self.points_row].values
-        points = number_of(values[i]) if i < len(values) else None
-        if points is None:
-            return None, (f"column {self.head[i]!r} has no points possible "
-                          f"({values[i] if i < len(values) else ''!r}): a read-only column")
-        return Column(i, self.head[i], points, decimal_comma(values[i])), ""
+    def lesson_for(self, lessons, term, lesson, path):
+        """The lesson whose column alone is filled (None: every lesson's), ``lesson`` being
+        --lesson (or None); raises ExportError when grades.csv has no grades for it."""
+        if lesson is not None and lesson not in lessons:
+            raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
+                              f"(it has {', '.join(sorted(lessons)) or 'none'})")
+        return lesson
 
 
-class _Moodle(_Gradebook):
-    name, kind, id_column = "Moodle", "grading worksheet", "Identifier"
-    how = ("In Moodle: the assignment > View all submissions > Grading action: Download grading "
-           "worksheet (with 'Offline grading worksheet' on in its Feedback types).")
+class _Gradebooks(Mapping):
+    """LMS name -> its gradebook class, read from the registry when asked."""
 
-    def __init__(self, table):
-        super().__init__(table)
-        for col in ("Grade", "Maximum Grade"):     # matched as _Gradebook.index matches
-            if self.index(col) is None:
-                raise ExportError(f"{table.path}: no '{col}' column; {self.how}")
+    def __getitem__(self, name):
+        return LMSS[name].gradebook
 
-    def index(self, header):
-        """As _Gradebook.index, in the worksheet's language (lms.MOODLE_HEADERS)."""
-        return moodle_header(self.head, header)
+    def __iter__(self):
+        return iter(LMSS)
 
-    def normal(self, key):
-        return trailing_number(key.replace(" ", "_")) or key
-
-    def key(self, student_id):
-        return trailing_number(student_id) or student_id
-
-    def display(self, record):
-        return self.cell(record, "Full name") or super().display(record)
-
-    def column(self, lesson, wanted):
-        i = self.index("Grade")
-        return Column(i, self.head[i], None), ""
+    def __len__(self):
+        return len(LMSS)
 
 
-class _Blackboard(_Gradebook):
-    name, kind, id_column = "Blackboard", "Grade Centre download", "Username"
-    how = ("In Blackboard: Grade Centre > Full Grade Centre > Work Offline > Download (Full Grade "
-           "Centre, tab or comma delimited).")
-    HEADER = re.compile(r"(?P<name>.*?)\s*\[Total Pts: (?P<up>up to )?(?P<pts>[\d.,]+) "
-                        r"(?P<kind>[^\]]+)\]\s*\|(?P<id>\d+)\Z")
-    SUFFIX = re.compile(r"\s*\|(\d+)\Z")
-
-    def normal(self, key):
-        return key.casefold()
-
-    def key(self, student_id):
-        return student_id.strip().casefold()
-
-    def display(self, record):
-        last, first = self.cell(record, "Last Name"), self.cell(record, "First Name")
-        return f"{last}, {first}" if last or first else super().display(record)
-
-    def column(self, lesson, wanted):
-        i = self.find(wanted)
-        if i is None:
-            return None, _no_column(wanted, [h for h in self.head if self.HEADER.match(h)])
-        m = self.HEADER.match(self.head[i])
-        if not m:
-            return None, f"column {self.head[i]!r} has no '[Total Pts: N Score] |id' in its name"
-        if m["up"] or m["kind"] != "Score":
-            return None, (f"column {self.head[i]!r} is {'a calculated' if m['up'] else 'a ' + m['kind']}"
-                          " column; only a Score column takes grades (set the column's primary "
-                          "display to Score in Blackboard)")
-        return Column(i, self.head[i], number_of(m["pts"]), decimal_comma(m["pts"])), ""
-
-
-GRADEBOOKS = {"canvas": _Canvas, "moodle": _Moodle, "blackboard": _Blackboard}
+GRADEBOOKS = _Gradebooks()
 
 
 def _no_column(wanted: str, candidates) -> str:
@@ -260,13 +193,12 @@ def _no_column(wanted: str, candidates) -> str:
 
 def lesson_columns(book, lessons, term, only=None) -> tuple:
     """lesson -> Column, and lesson -> why not, for the lessons grades.csv holds."""
-    from autograder.course import LESSONS
     columns, missing = {}, {}
     for lesson in sorted(lessons):
         if only is not None and lesson != only:
             continue
         wanted = term.lesson(lesson).lms_column if term is not None else None
-        if wanted is None and isinstance(book, _Moodle):
+        if wanted is None and book.one_column:
             wanted = lesson
         if wanted is None:     # no term file entry: the lesson's id or its title as column name
             for guess in (lesson, getattr(LESSONS.get(lesson), "title", None)):
@@ -288,18 +220,5 @@ def lesson_columns(book, lessons, term, only=None) -> tuple:
 
 
 def moodle_lesson(book, lessons, term, lesson, path) -> str:
-    """The one lesson a Moodle worksheet is for (module docstring says how it is chosen)."""
-    if lesson is not None:
-        if lesson not in lessons:
-            raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
-                              f"(it has {', '.join(sorted(lessons)) or 'none'})")
-        return lesson
-    named = [l for l in lessons if term is not None and term.lesson(l).lms_column
-             and term.lesson(l).lms_column.casefold() in Path(path).name.casefold()]
-    if len(named) == 1:
-        return named[0]
-    if len(lessons) == 1:
-        return next(iter(lessons))
-    raise ExportError(f"{path}: a Moodle grading worksheet holds one assignment; say which "
-                      f"lesson it is with --lesson (one of {', '.join(sorted(lessons))}), or name "
-                      "the assignment in the term file's lms_column as in the worksheet's file name")
+    """The one lesson a Moodle worksheet is for: ``book.lesson_for`` (lms.moodle)."""
+    return book.lesson_for(lessons, term, lesson, path)
