@@ -22,6 +22,12 @@ LINK = re.compile(r"!?\[(?:[^\]]|\n)*?\]\(([^)\s]+)\)")
 AUTOGRADER = re.compile(r"python -m autograder\s+(.*)")
 MAKE = re.compile(r"(?:^|[\s;&(])make((?:\s+\S+)*)")
 FLAG = re.compile(r"(?<![\w-])(--[A-Za-z][\w-]*)")
+TOP = "autograder|mlexp|scripts|tests|benchmarks|docs|solutions|lessons"
+REPO_PATH = re.compile(rf"(?<![\w./-])((?:{TOP})/[\w./*<>-]*)")
+# Paths the pages name that this repository does not hold on purpose: `publish` writes them into the
+# student edition.
+ELSEWHERE = {"mlexp/seed_tables/"}
+DOTTED = re.compile(r"(?<![\w./-])((?:autograder|mlexp)(?:\.[A-Za-z_]\w*)+)")
 
 
 def pages(repo: Path = REPO) -> list:
@@ -89,8 +95,28 @@ def _anchors(page: Path) -> set:
     return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, re.M)}
 
 
-def problems(page_paths, parser: argparse.ArgumentParser, targets: set) -> list:
-    """What the pages name that does not exist: one message per problem, 'page:line: what'."""
+def _missing_path(repo: Path, path: str) -> bool:
+    """Whether a repository path written in a page (``<id>`` and ``*`` read as any name) is absent."""
+    pattern = re.sub(r"<[^>]*>", "*", path.rstrip(".,;:")).rstrip("/")
+    return not any(repo.glob(pattern)) if pattern else False
+
+
+def _missing_name(repo: Path, dotted: str) -> bool:
+    """Whether ``autograder.x.y`` or ``mlexp.x.y`` names no module (or no name one module defines)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = repo.joinpath(*parts[:cut])
+        source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if source.is_file():
+            rest = parts[cut:]
+            return len(rest) > 1 or bool(rest) and not re.search(rf"\b{rest[0]}\b", source.read_text())
+    return True
+
+
+def problems(page_paths, parser: argparse.ArgumentParser, targets: set, repo: Path | None = None) -> list:
+    """What the pages name that does not exist: one message per problem, 'page:line: what'. With
+    ``repo``, also every repository path (``autograder/...``, ``tests/...``) and every dotted name
+    of the grader or the library (``autograder.term.policy.load_final_grades``) written as code."""
     commands = subcommands(parser)
     out = []
     for page in page_paths:
@@ -119,6 +145,13 @@ def problems(page_paths, parser: argparse.ArgumentParser, targets: set) -> list:
                 for flag in FLAG.findall(" ".join(words[1:])):
                     if flag.split("=")[0] not in options:
                         out.append(f"{name}:{line}: `python -m autograder {label}` has no option {flag}")
+            if repo is not None:
+                for path in REPO_PATH.findall(command):
+                    if path not in ELSEWHERE and _missing_path(repo, path):
+                        out.append(f"{name}:{line}: {path} is not in the repository")
+                for dotted in DOTTED.findall(command):
+                    if _missing_name(repo, dotted):
+                        out.append(f"{name}:{line}: {dotted} names no module or name of the course")
             for m in MAKE.finditer(command):
                 words = [w for w in m.group(1).split() if "=" not in w]
                 if not words or not re.match(r"^[a-z][\w.-]*$", words[0]):
@@ -165,7 +198,7 @@ def test_every_command_target_option_and_link_the_pages_name_exists(grader):
     targets = make_targets(REPO / "Makefile")
     assert {"grade", "test", "test-fast", "lessons", "check-generated", "book", "lab", "colab"} <= targets
     assert {"grade", "report", "export", "canvas", "publish", "build", "book"} <= set(subcommands(grader))
-    assert problems(pages(), grader, targets) == []
+    assert problems(pages(), grader, targets, REPO) == []
 
 
 def test_the_book_shows_every_guide():
@@ -217,6 +250,25 @@ def test_the_checker_names_each_bad_command_option_target_and_link(tmp_path, gra
     assert len(found) == len(expected), "\n".join(found)
     for message, start in zip(sorted(found), sorted(expected)):
         assert message.startswith(start), (message, start)
+
+
+def test_the_checker_names_each_missing_path_and_name(tmp_path, grader):
+    (tmp_path / "autograder" / "term").mkdir(parents=True)
+    (tmp_path / "autograder" / "__init__.py").write_text("")
+    (tmp_path / "autograder" / "term" / "__init__.py").write_text("")
+    (tmp_path / "autograder" / "term" / "policy.py").write_text("def load_final_grades(d): ...\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_triton_a.py").write_text("")
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\n`autograder/term/policy.py`, `tests/test_triton_*.py`, `autograder/<x>/policy.py`,\n"
+                    "`autograder.term.policy.load_final_grades(DIR)`, `autograder.term`.\n"
+                    "`autograder/results.py`, `autograder.results.load_final_grades`,\n"
+                    "`autograder.term.policy.final_grades`, `python -m autograder.termfile`.\n")
+    found = problems([page], grader, set(), tmp_path)
+    assert found == ["page.md:5: autograder/results.py is not in the repository",
+                     "page.md:5: autograder.results.load_final_grades names no module or name of the course",
+                     "page.md:6: autograder.term.policy.final_grades names no module or name of the course",
+                     "page.md:6: autograder.termfile names no module or name of the course"], found
 
 
 def test_a_good_page_has_no_problem(tmp_path, grader):
