@@ -14,7 +14,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from autograder.cli import main, summary_lines
+from autograder.cli import main
+from autograder.grading.console import summary_lines
 from autograder.config import FEEDBACK_PREPROCESSORS, list_assignments, use_feedback_template
 from autograder.publishing.demo import load_catalog, student_notebook
 from autograder.grading.grade import BASE_COLUMNS, Result, grade_class

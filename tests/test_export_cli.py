@@ -10,16 +10,17 @@ from argparse import Namespace
 import pytest
 
 from autograder import cli
+from autograder.grading import console
 
 
 @pytest.mark.parametrize("jobs, shown", [(None, 1), (1, 1), (2, 2), (3, 3)])
 def test_the_time_estimate_names_the_jobs_of_this_run(capsys, jobs, shown):
-    cli._announce(Namespace(sample=None, jobs=jobs, out="grades", submissions=None), None)
+    console.announce(Namespace(sample=None, jobs=jobs, out="grades", submissions=None), None)
     err = capsys.readouterr().err
     cores = os.cpu_count() or 1
     assert f"{shown} at a time, into grades/" in err
     assert f"(with {shown} at a time on {cores} core{'s' * (cores != 1)}, " in err
-    lo, hi = cli.SECONDS_EACH_2_JOBS
+    lo, hi = console.SECONDS_EACH_2_JOBS
     parallel = max(1, min(shown, cores))
     per = [max(1, round(s * 2 / parallel)) for s in (lo, hi)]
     assert f", {per[0]}-{per[1]} s a submission" in err
@@ -65,8 +66,8 @@ def test_the_pages_leave_the_demo_class_size_and_the_estimate_to_grade(monkeypat
                         if ".ipynb_checkpoints" not in p.parts)
     assert re.search(r"^JOBS \?= 2$", (repo / "Makefile").read_text(), re.M)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    estimate = cli._minutes(total, 2)                     # "about 11-61 minutes"
-    assert cli._minutes(total, 1) != estimate            # -j 1: "twice that"
+    estimate = console.minutes(total, 2)                     # "about 11-61 minutes"
+    assert console.minutes(total, 1) != estimate            # -j 1: "twice that"
     for name, flat in pages.items():
         assert not re.search(r"\b%d submissions" % total, flat), name
         assert estimate not in flat, name

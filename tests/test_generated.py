@@ -135,7 +135,7 @@ def test_grade_says_what_it_grades_and_how_long_before_it_starts(capsys):
     """On stderr with the progress bar, so that stdout starts with the table of grades."""
     from argparse import Namespace
 
-    from autograder.cli import _announce
+    from autograder.grading.console import announce as _announce
     picked, total = sample_students(1), sum(len(c["students"]) for c in load_catalog().values())
     _announce(Namespace(sample=1, jobs=2, out="grades", submissions=None), (picked, total))
     out, err = capsys.readouterr()

@@ -23,6 +23,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from autograder.intake import collect as collect_mod
+from autograder.intake import unpack as unpack_mod
 from autograder.publishing.build import build
 from autograder.intake.collect import DATA_FILE_BYTES, LINK, choose_notebook, collect
 from autograder.config import FEEDBACK_PREPROCESSORS
@@ -465,7 +466,7 @@ def _zeros_entry(zf, name: str, mib: int) -> None:
 
 
 def test_zip_bombs_are_capped_per_entry_and_in_total(tmp_path, good, monkeypatch):
-    monkeypatch.setattr(collect_mod, "DATA_FILE_BYTES", 8 * 2**20)
+    monkeypatch.setattr(unpack_mod, "DATA_FILE_BYTES", 8 * 2**20)   # the cap of one zip entry
     zpath = tmp_path / "bomb.zip"
     max_bytes = 2**20
     with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -15,6 +15,12 @@ from mlexp.check import ExerciseResult, format_report, result_of
 
 from autograder.options import GradingOptions
 from autograder.intake.repair import SubmissionRejected, normalise_name, read_notebook_text, repair_notebook
+from autograder.config import find_course_root
+from autograder.cells import is_test_cell
+from autograder.engine.jail.jail import probe
+from autograder.engine.protocol import Report
+from autograder.engine.sandbox import run_submission
+from autograder.engine.notebook_client import NOT_RUN_ENAME, TIMEOUT_ENAME
 
 __all__ = ["ExerciseResult", "NotebookError", "check_notebook", "format_report", "find_release"]
 
@@ -41,7 +47,6 @@ def find_release(path: Path, course=None):
 
     Looks in ``course`` (or the course this package belongs to) for lessons/<id>/<name> with the
     same file name, once browser and LMS additions are undone ("Copy of x (1).ipynb")."""
-    from autograder.config import find_course_root
     try:
         root = find_course_root(course)
     except FileNotFoundError:
@@ -60,10 +65,6 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     lists the repairs made and the cells that ran out of time. Raises NotebookError for a
     missing or unreadable file.
     """
-    from autograder.cells import is_test_cell
-    from autograder.engine.jail.jail import probe
-    from autograder.engine.protocol import Report
-    from autograder.engine.sandbox import run_submission
     path = Path(path).resolve()
     nb, notes = _read(path)
     root, release = find_release(path, course)
@@ -82,7 +83,6 @@ def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:
     report = Report.from_dict(raw)
     if executed is None:
         raise NotebookError(f"{path.name} could not be run: {'; '.join(report.review)}")
-    from autograder.engine.notebook_client import NOT_RUN_ENAME, TIMEOUT_ENAME
     special = {TIMEOUT_ENAME: ("timed out", True), NOT_RUN_ENAME: ("not run", False)}
     results = [result_of(cell, special) for cell in executed.cells if is_test_cell(cell)]
     for what in report.timeouts:

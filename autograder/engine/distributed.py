@@ -43,7 +43,7 @@ import nbformat
 from autograder.engine import sandbox
 from autograder.engine.jail import jail
 from autograder.options import GradingOptions
-from autograder.engine.protocol import RemoteJob, Report
+from autograder.engine.protocol import ProtocolMismatch, RemoteJob, Report
 
 try:   # the plugin's base class; without dask the module still imports (and the CLI says why)
     from distributed.diagnostics.plugin import WorkerPlugin
@@ -203,7 +203,6 @@ def run_remote(payload: dict) -> dict:
     when :data:`WORKER_DEATHS` workers already died under this submission."""
     from distributed import get_worker
 
-    from autograder.engine.protocol import ProtocolMismatch
     worker = get_worker()
     try:
         job = RemoteJob.from_dict(payload)

@@ -14,6 +14,9 @@ from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
 from autograder.cells import is_graded, is_solution, is_test_cell, nbgrader_meta
 from autograder.mistakes import exercise_titles, hint_shown
+from autograder.config import FEEDBACK_TEMPLATE, FEEDBACK_TEMPLATES
+from autograder.ids import folder_name
+from autograder.journal import atomic_write
 
 __all__ = ["HideHiddenTests", "ExerciseFeedback", "SanitizeFeedback", "clean_html", "tex_to_mathml"]
 
@@ -138,7 +141,6 @@ def _grader_names() -> tuple:
     """(classes, ids) the feedback template gives its own elements: read from the template
     (its ``class="..."`` and ``id="..."`` attributes, the values its expressions can write there
     and the ``mlexp-`` classes its style sheet names), so a new status element needs no list."""
-    from autograder.config import FEEDBACK_TEMPLATE, FEEDBACK_TEMPLATES
     text = (FEEDBACK_TEMPLATES / "feedback" / FEEDBACK_TEMPLATE).read_text(encoding="utf-8")
     classes = set()
     for value in re.findall(r'class="([^"]*)"', text):
@@ -395,8 +397,6 @@ def write_grade_boxes(out, rows, titles=None) -> list:
     No kernel runs; returns the pages written. Raises OSError when a page cannot be written."""
     from pathlib import Path
 
-    from autograder.ids import folder_name
-    from autograder.journal import atomic_write
     written = []
     for row in rows:
         said = row.due or row.overrides or row.days_late or row.review == "undecided"

@@ -44,6 +44,7 @@ from autograder.options import GradingOptions  # noqa: E402
 from autograder.engine.protocol import Job, KernelRequest, Report  # noqa: E402
 from autograder.engine.testcell import run_test  # noqa: E402
 from autograder.engine.kernel.wire import WIRE_MIME  # noqa: E402
+from autograder.engine.jail.ipcfs import confine
 
 __all__ = ["run_notebook", "is_test_cell", "run_test", "KernelLink", "StudentFunction",
            "StudentTimeout", "KernelGone", "TIMEOUT_ENAME", "NOT_RUN_ENAME", "main"]
@@ -238,7 +239,6 @@ def main(argv=None) -> int:
     if job.parent_pid and os.getppid() != job.parent_pid:
         return 3   # the grader is already gone
     if job.sandbox:   # the kernel's sockets on a 1 MiB tmpfs, never the grader's disk
-        from autograder.engine.jail.ipcfs import confine
         (Path(job.job_dir) / "ipc").mkdir(exist_ok=True)
         confine(Path(job.job_dir) / "ipc")   # one thread yet; an OSError is the grader's
     nb = nbformat.read(job.input, as_version=4)

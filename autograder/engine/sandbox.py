@@ -51,6 +51,10 @@ from traitlets import Any, Dict, Unicode
 from autograder.engine.jail import jail
 from autograder.options import UNSANDBOXED_FLAG, GradingOptions
 from autograder.engine.protocol import Job, Report
+from autograder.cells import is_test_cell
+from autograder.engine.notebook_client import NOT_RUN_ENAME
+from autograder.engine.audit import apply_audit, audit_notebook
+from autograder.engine.versions import git_versions
 
 __all__ = ["SandboxedExecute", "GradingRun", "LocalExecutor", "Harnesses", "run_submission",
            "isolation_notes", "check_sandbox", "SandboxUnavailable", "report_path"]
@@ -320,8 +324,6 @@ class SandboxedExecute(NbGraderPreprocessor):
                release.stat().st_mtime_ns if release is not None and release.is_file() else None)
         cache = _LESSON_CODE     # nbgrader makes this step anew for every notebook: kept per process
         if key not in cache:
-            from autograder.cells import is_test_cell
-            from autograder.engine.versions import git_versions
             versions = [nbformat.read(release, as_version=4)] if key[-1] is not None else []
             if self.course_root:
                 versions += git_versions(Path(self.course_root), f"lessons/{assignment}/{notebook}.ipynb")
@@ -331,7 +333,6 @@ class SandboxedExecute(NbGraderPreprocessor):
         return cache[key]
 
     def preprocess(self, nb, resources):
-        from autograder.engine.audit import apply_audit, audit_notebook
         options = GradingOptions(**self.options)
         data_dir = Path(resources.get("metadata", {}).get("path") or ".")
         original = nbformat.from_dict(json.loads(json.dumps(nb)))
@@ -360,8 +361,6 @@ def finish_notebook(executed, original, report=None):
     points to a test cell without an error), and so does each test cell of a notebook that never
     came back.
     """
-    from autograder.cells import is_test_cell
-    from autograder.engine.notebook_client import NOT_RUN_ENAME
     nb = executed if executed is not None else original
     why = "; ".join(Report.from_dict(report).review) or "the grader stopped before this test ran"
     for cell in nb.cells:

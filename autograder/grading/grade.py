@@ -30,13 +30,15 @@ from autograder.cells import grade_id_of, is_graded, nbgrader_meta
 from autograder.intake.collect import DEFAULT_MAX_BYTES, choose_notebook, collect
 from autograder.config import list_assignments
 from autograder.grading.earlier import EarlierLessons
-from autograder.journal import atomic_write, digest, load_result, save_result
+from autograder.journal import atomic_write, digest, load_result, save_result, write_manifest
 from autograder.options import GradingOptions
 from autograder.publishing.releases import git_releases, release_history, update_releases
 from autograder.intake.repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 from autograder.results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, Result,
                                 read_timestamp, write_grades_csv)
 from autograder.term.policy import OVERRIDES_FILE, final_grades, read_overrides
+from autograder.term.termfile import remember_term, remembered_term
+from autograder.reporting.report import write_class_outputs
 
 __all__ = ["Result", "grade_class", "write_csv", "format_table", "DEMO_SUBMISSIONS",
            "BASE_COLUMNS", "MAX_NOTEBOOK_BYTES", "GRADER_VERSION", "SANDBOX_PREPROCESSORS"]
@@ -204,7 +206,6 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         **kept.known(),
         **{(s.student, s.assignment): _maxima(lessons[s.assignment])
            if s.assignment in lessons else {} for s in subs}})
-    from autograder.term.termfile import remember_term, remembered_term
     if term is None:   # the term file of an earlier --term, read again, else none
         term = remembered_term(out, assignments)
     else:
@@ -300,8 +301,6 @@ def _write_report(root: Path, out: Path, prepared: list, lessons: dict, term=Non
     """The class report, insights.csv and the CSVs with hints (autograder.reporting.report), from what
     this run committed and the lessons ``kept`` from earlier runs; a failure here is a warning
     (every grade is already saved)."""
-    from autograder.journal import write_manifest
-    from autograder.reporting.report import write_class_outputs
     entries = [(j.result.student, j.result.assignment, j.sub.student) for j in prepared]
     columns = {a: lessons[a].columns for a in lessons}
     if kept is not None:

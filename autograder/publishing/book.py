@@ -40,6 +40,7 @@ from mlexp.runtime import temporary_environ
 
 from autograder.cells import defined_names, grade_id_of, is_graded, is_solution, nbgrader_meta, read_names
 from autograder.course import BRANCH, COURSE_REPO, LESSONS, validate_repo
+from autograder.publishing.publish import _files, scan
 
 __all__ = ["BookError", "BOOK_MARKER", "SIZES", "book", "page_notebook", "html_text_scan", "setup"]
 
@@ -343,7 +344,6 @@ class _Text(html.parser.HTMLParser):
 def html_text_scan(site: Path, root: Path, solutions_allowed: bool = False) -> list:
     """:func:`autograder.publishing.publish.scan` of the site's files and of the text of each HTML page as
     a reader sees it (code highlighted into spans is found whole again)."""
-    from autograder.publishing.publish import scan
     findings = scan(site, root, solutions_allowed=solutions_allowed)
     with tempfile.TemporaryDirectory() as tmp:
         for page in sorted(Path(site).rglob("*.html")):
@@ -370,7 +370,6 @@ def book(root: Path, out: Path, size: str = "full", lessons=None, with_solutions
     """Build the course book of ``root`` into ``out``; returns a summary (lessons, seconds,
     exercises, hidden outputs, pages). Raises BookError when a lesson raises (naming the cell),
     when ``out`` is not a book folder, or when the site would show an answer."""
-    from autograder.publishing.publish import _files
     root, out = Path(root).resolve(), Path(out).resolve()
     if size not in SIZES:
         raise BookError(f"size {size!r}: give one of {', '.join(SIZES)}.")

@@ -11,6 +11,7 @@ from autograder.cells import grade_id_of, is_test_cell
 from autograder.config import list_assignments, work_config
 from autograder.mistakes import MISTAKES_FILE
 from autograder.publishing.seeds import answer_results, student_table
+from autograder.engine.partial import last_expression_problems
 
 SEED_TABLE = "seeds.md"   # a lesson's seed table (autograder.publishing.seeds), released without answer rows
 
@@ -99,7 +100,6 @@ def check_test_cells(root: Path) -> list:
     """
     import nbformat
 
-    from autograder.engine.partial import last_expression_problems
     root, found = Path(root), []
     for a in list_assignments(root):
         for path in sorted((root / "solutions" / a).glob("*.ipynb")):

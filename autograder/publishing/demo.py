@@ -9,6 +9,7 @@ import nbformat
 
 from autograder.cells import grade_id_of, is_solution
 from autograder.mistakes import NO_MATCH, load_mistakes, match_mistake
+from autograder.engine.dryrun import run_exercises
 
 __all__ = ["DEMO_DIR", "load_catalog", "student_notebook", "generate_demo", "check_demo", "write_demo",
            "sample_students", "write_sample", "demo_answers", "check_hints", "format_hint_report"]
@@ -175,7 +176,6 @@ def check_hints(root: Path, demo_dir: Path = DEMO_DIR, progress: bool = False, s
     """
     from tqdm.auto import tqdm
 
-    from autograder.engine.dryrun import run_exercises
     problems, checked = [], 0
     catalogs = load_catalog(demo_dir)
     chosen = {a: {s: spec for s, spec in cat["students"].items() if students is None or s in students}

@@ -32,6 +32,7 @@ from pathlib import Path
 from autograder.cells import is_solution
 from autograder.course import BRANCH, COURSE_REPO, LESSONS, PLACEHOLDER_REPO, validate_repo
 from autograder.mistakes import MISTAKES_FILE
+from autograder.publishing.colab import TABLES_IN_PACKAGE, wheel_name
 
 __all__ = ["PublishError", "EDITION_MARKER", "publish", "scan", "secret_lines", "grader_lines"]
 
@@ -237,14 +238,12 @@ def _files(root: Path, repo: str, with_solutions: bool) -> dict:
         if f.is_file() and "__pycache__" not in rel.parts and f.suffix not in (".pyc", ".pyo") \
                 and not any(p.startswith(".") for p in rel.parts):
             files[rel.as_posix()] = f.read_bytes()
-    from autograder.publishing.colab import TABLES_IN_PACKAGE
     for table in sorted((root / "lessons").glob("*/seeds.md")):
         files[f"mlexp/{TABLES_IN_PACKAGE}/{table.parent.name}.md"] = table.read_bytes()
     pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
     body = pyproject[pyproject.index("[build-system]"):].split("\n[tool.pytest", 1)[0].rstrip()
     files["pyproject.toml"] = ("# The course library the lessons import, mlexp: pip install -e \".[lab,check]\"\n"
                                + body + "\n").encode()
-    from autograder.publishing.colab import wheel_name
     wheel = wheel_name(root)
     how = (f"Click a lesson's \"Open in Colab\" badge (above, or at the top of the notebook)."
            if repo != PLACEHOLDER_REPO else

@@ -29,6 +29,7 @@ from mlexp.seeds import aggregate, find_seed_line, format_markdown, result_lines
 
 from autograder.config import KERNEL_ARGS
 from autograder.course import find_course_root, lesson_notebook
+from autograder.cells import defined_names, is_solution, read_names
 
 __all__ = ["run_notebook", "run_lessons", "add_arguments", "run", "main"]
 
@@ -169,7 +170,6 @@ def answer_results(nb) -> list:
     reference run, so these rows would show the answers; :func:`student_table` leaves them out.
     """
     import re
-    from autograder.cells import defined_names, is_solution, read_names
     code = [c for c in nb.cells if c.cell_type == "code"]
     answers = set().union(*(defined_names(c.source) for c in code if is_solution(c))) - \
         set().union(*(defined_names(c.source) for c in code if not is_solution(c)))

@@ -19,7 +19,8 @@ from autograder.journal import atomic_write, load_result, read_manifest
 from autograder.cells import grade_id_of, is_test_cell, nbgrader_meta
 from autograder.mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, load_mistakes,
                                  match_mistake)
-from autograder.results import REJECTED, Status
+from autograder.results import REJECTED, Status, write_grades_csv
+from autograder.term.policy import final_grades
 
 __all__ = ["INSIGHT_COLUMNS", "Exercise", "ReleasedLesson", "Insight", "ClassData", "load_class",
            "write_insights_csv", "write_lesson_csvs"]
@@ -187,8 +188,6 @@ def write_lesson_csvs(out: Path, data: ClassData, rows: list = None) -> list:
     grades-<lesson>.csv for each lesson (only its rows and its exercise columns) from ``rows``
     ([results.FinalGrade]; default: the results as graded, no term, no overrides); returns the
     paths written."""
-    from autograder.results import write_grades_csv
-    from autograder.term.policy import final_grades
     rows = final_grades(data.results) if rows is None else rows
     hints = {(r.student, r.assignment): data.hints(r.student, r.assignment) for r in rows}
     paths = [Path(out) / "grades.csv"]

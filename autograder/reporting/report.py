@@ -33,6 +33,9 @@ from autograder.mistakes import NO_MATCH, NOT_GRADED
 from autograder.results import GRADED, NEEDS_REVIEW, REJECTED, TIMED_OUT, Status
 from autograder.term.policy import class_grades, final_grades
 from autograder.reporting.similarity import MIN_SHARED, THRESHOLD, available, similar_pairs
+from autograder.config import list_assignments
+from autograder.engine.feedback import write_grade_boxes
+from autograder.term.termfile import remember_term, remembered_term
 
 __all__ = ["write_class_outputs", "render_report", "unknown_extensions", "REPORT_FILE",
            "MAX_PAIRS_SHOWN"]
@@ -76,9 +79,6 @@ def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD, ter
     path, "insights": path, "csv": [paths], "pairs": number of similar pairs, "feedback":
     pages updated, "grades": [FinalGrade]}. Raises FileNotFoundError when ``out`` holds no
     graded class, results.OverrideError, term.TermError."""
-    from autograder.config import list_assignments
-    from autograder.engine.feedback import write_grade_boxes
-    from autograder.term.termfile import remember_term, remembered_term
     out = Path(out)
     if term is None:
         term = remembered_term(out, list_assignments(Path(root)))

@@ -40,6 +40,9 @@ from pathlib import Path
 from autograder import ids
 from autograder.lms.canvas_api import CanvasError, Session
 from autograder.journal import atomic_write
+from autograder.lms.gradebooks import points_text, trailing_number
+from autograder.term.export import _feedback_page, _final_rows
+from autograder.engine.feedback import gradebook_page
 
 __all__ = ["MANIFEST", "PullResult", "pull", "PushPlan", "plan_push", "push", "student_id",
            "lesson_for", "graded_lessons", "format_pull", "format_push"]
@@ -220,9 +223,6 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
               term=None) -> PushPlan:
     """Read DIR's final grades of ``lesson`` and what Canvas holds, and decide what to post
     (module docstring). Raises CanvasError, export.ExportError for an unreadable DIR."""
-    from autograder.lms.gradebooks import points_text, trailing_number
-    from autograder.term.export import _feedback_page, _final_rows
-    from autograder.engine.feedback import gradebook_page
     rows = [r for r in _final_rows(out_dir, term) if r["assignment"] == lesson]
     if not rows:
         raise CanvasError(f"{out_dir} holds no grades of lesson {lesson}: grade it there first, "

@@ -62,6 +62,11 @@ from autograder.lms.gradebooks import (GRADEBOOKS, Export, decimal_comma, lesson
                                        moodle_lesson, number_of, points_text)
 from autograder.lms.layouts import MOODLE_NO, moodle_language
 from autograder.lms.table import ExportError, Table, read_table, write_table
+from autograder.results import NEEDS_REVIEW, REJECTED, Status
+from autograder.term.policy import load_final_grades
+from autograder.course import LESSONS
+from autograder.term.termfile import TERM_RECORD, load_term, remembered_term
+from autograder.engine.feedback import gradebook_page
 
 __all__ = ["LMS", "ExportError", "Table", "read_table", "write_table", "export_gradebook",
            "Export", "format_export", "term_for", "recorded_term", "write_feedback_zip"]
@@ -79,7 +84,6 @@ def _original(cell: str) -> str:
 def _undecided(status, review: str, overridden: bool) -> str:
     """Why a final grade is no one's decision yet ("" when it is one): a manual review no row
     of overrides.csv decided, or rejected work (no notebook, unreadable) with no row either."""
-    from autograder.results import NEEDS_REVIEW, REJECTED
     if status.kind == NEEDS_REVIEW and review != "decided" and not overridden:
         return f"manual review undecided ({status.reason or 'no reason given'})"
     if status.kind == REJECTED and not overridden:
@@ -99,8 +103,6 @@ def _final_rows(out_dir, term=None) -> list:
     from elsewhere) is read from its ``score`` column. Raises ExportError naming the file, row
     and column of anything unreadable.
     """
-    from autograder.results import Status
-    from autograder.term.policy import load_final_grades
     if (Path(out_dir) / "results").is_dir():
         try:
             return [{"student_id": g.student, "assignment": g.assignment, "score": float(g.score),
@@ -143,8 +145,6 @@ def _final_rows(out_dir, term=None) -> list:
 def term_for(path, out_dir):
     """The term file at ``path``, read with term.load_term for the course's lessons and those
     the class in ``out_dir`` was graded on (a course of other lessons than this one's)."""
-    from autograder.course import LESSONS
-    from autograder.term.termfile import load_term
     graded = set()
     try:    # only the lesson ids: read without a term (a recorded one could name other lessons)
         with open(Path(out_dir) / "grades.csv", newline="", encoding="utf-8") as f:
@@ -159,7 +159,6 @@ def recorded_term(out_dir):
     (term.TERM_RECORD), read whole as :func:`term_for` reads a ``--term`` file (its late rules
     and its lms_column entries), or None when none is recorded. Raises TermError when the
     recorded file is gone or no longer valid."""
-    from autograder.term.termfile import TERM_RECORD, remembered_term
     record = Path(out_dir) / TERM_RECORD
     if not record.is_file():
         return None
@@ -288,7 +287,6 @@ def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
     them back (module docstring), each headed by the grade as written into its gradebook cell, on
     that column's scale (:func:`autograder.engine.feedback.gradebook_page`; the pages in DIR keep the
     lesson's points); returns the names written. A missing page becomes a note."""
-    from autograder.engine.feedback import gradebook_page
     names = []
     tmp = Path(path).with_name(f".{Path(path).name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -29,6 +29,8 @@ import tomllib
 import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
+from autograder.course import LESSONS
+from autograder.journal import atomic_write
 
 __all__ = ["TermError", "LessonTerm", "LatePolicy", "Term", "load_term", "EMPTY_TERM",
            "TERM_RECORD", "remember_term", "remembered_term"]
@@ -109,7 +111,6 @@ def load_term(path, lesson_ids=None) -> Term:
     """
     path = Path(path)
     if lesson_ids is None:
-        from autograder.course import LESSONS
         lesson_ids = set(LESSONS)
     lesson_ids = set(lesson_ids)
     try:
@@ -177,7 +178,6 @@ def remember_term(out, term: Term) -> None:
     """Record in the grading folder ``out`` which term file (its absolute path) made its
     grades, so a later ``report DIR`` (or ``export``) without ``--term`` uses the same one."""
     if term is not None and term.path is not None:
-        from autograder.journal import atomic_write
         atomic_write(Path(out) / TERM_RECORD, f"{Path(term.path).resolve()}\n")
 
 

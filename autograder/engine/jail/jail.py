@@ -30,6 +30,9 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from autograder.engine.jail import seccomp
+from autograder.engine.jail.seccomp import program_fd
+from autograder.options import GradingOptions
 
 __all__ = ["SANDBOX_HOME", "COURSE_MOUNT", "probe", "sandbox_command", "kernel_env",
            "apply_limits", "scratch_caps", "seccomp_missing", "main"]
@@ -197,7 +200,6 @@ SECCOMP_PLACEHOLDER = "SECCOMP_FD"
 def seccomp_missing() -> str:
     """Why the kernel runs without the seccomp filter of :mod:`autograder.engine.jail.seccomp` ("" when it
     has it): this bubblewrap has no ``--seccomp`` (before 0.3), or no table for this machine."""
-    from autograder.engine.jail import seccomp
     if not seccomp.supported():
         import platform
         return f"no seccomp filter is written for this machine ({platform.machine()})"
@@ -275,7 +277,6 @@ def probe() -> dict:
     else:
         import tempfile
 
-        from autograder.options import GradingOptions
         with tempfile.TemporaryDirectory(prefix="autograder-probe-") as tmp:
             os.chmod(tmp, 0o711)
             ipc = Path(tmp) / "ipc"
@@ -364,7 +365,6 @@ def main(argv=None) -> int:
     uid = limits.get("uid")
     command = _stage(command, Path(limits["stage"]), uid is not None)
     if SECCOMP_PLACEHOLDER in command:   # bubblewrap reads the filter from an inherited fd
-        from autograder.engine.jail.seccomp import program_fd
         command[command.index(SECCOMP_PLACEHOLDER)] = str(program_fd())
     if uid is not None:
         os.setgroups([])
