@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course import LESSONS
+from autograder.ids import folder_name
 from autograder.lms.base import LMSS
 from autograder.lms.table import ExportError, Record, Table
 
@@ -133,6 +134,27 @@ class _Gradebook:
     def key(self, student_id: str) -> str:
         """The gradebook key of a grades.csv student id (as students() keys the rows)."""
         return student_id
+
+    def row_points(self, record: int) -> tuple:
+        """(points possible, decimal comma, why not) of ``record``'s row, for a column whose
+        points are per row (``Column.points`` None); the base has no such column."""
+        return None, False, "no points possible in its row"
+
+    def capped(self, sid: str, value: float, points: float) -> tuple:
+        """(grade, note): the grade the LMS takes for ``value`` of ``points``, and a note when
+        that is not ``value``; the base takes any grade."""
+        return value, ""
+
+    def refused(self, record: int, sid: str) -> str:
+        """A note when the LMS will skip the grade written into ``record``'s row; "" when it
+        takes it."""
+        return ""
+
+    @classmethod
+    def feedback_name(cls, sid: str, lesson: str, display: str) -> str:
+        """The name of ``sid``'s page for ``lesson`` in the feedback zip (``display``: the
+        student's name as the gradebook shows it): one folder per lesson, a page per student."""
+        return f"{lesson}/{folder_name(f'{display} ({sid})')}.html"
 
     def display(self, record: int) -> str:
         return self.table.records[record].values[self.id_index]

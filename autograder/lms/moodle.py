@@ -17,7 +17,9 @@ import csv
 from pathlib import Path
 
 from autograder.lms.base import Lms, register
-from autograder.lms.gradebooks import Column, _Gradebook, trailing_number
+from autograder.ids import folder_name
+from autograder.lms.gradebooks import (Column, _Gradebook, decimal_comma, number_of,
+                                       trailing_number)
 from autograder.lms.table import ExportError, delimiter_of
 
 __all__ = ["Moodle", "MOODLE_SOURCE", "MOODLE_HEADERS", "MOODLE_NO", "moodle_language",
@@ -156,6 +158,33 @@ class _Moodle(_Gradebook):
     def lesson_for(self, lessons, term, lesson, path):
         """The one lesson the worksheet is for (:func:`moodle_lesson`)."""
         return moodle_lesson(self, lessons, term, lesson, path)
+
+    def row_points(self, record):
+        """The row's Maximum Grade."""
+        max_cell = self.cell(record, "Maximum Grade")
+        points = number_of(max_cell)
+        why = "" if points is not None else f"Maximum Grade {max_cell!r} is not a number"
+        return points, decimal_comma(max_cell), why
+
+    def capped(self, sid, value, points):
+        """Moodle refuses a grade above the row's Maximum Grade: capped there, with a note."""
+        if value > points:
+            return points, (f"{sid}: {value:g} capped at the Maximum Grade {points:g} "
+                            "(Moodle refuses a larger grade)")
+        return value, ""
+
+    def refused(self, record, sid):
+        """Moodle skips a row whose "Grade can be changed" is No (in the worksheet's language)."""
+        if self.cell(record, "Grade can be changed").strip().casefold() in (
+                "no", MOODLE_NO[moodle_language(self.head)].casefold()):
+            return (f"{sid}: the worksheet says 'Grade can be changed: No' (locked "
+                    "or overridden in the gradebook); Moodle will skip this grade")
+        return ""
+
+    @classmethod
+    def feedback_name(cls, sid, lesson, display):
+        """<student id>_assignsubmission_file_/: Moodle reads its 2nd part (the participant)."""
+        return f"{folder_name(sid)}_assignsubmission_file_/{lesson}_feedback.html"
 
 
 def moodle_lesson(book, lessons, term, lesson, path) -> str:
