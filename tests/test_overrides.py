@@ -62,7 +62,8 @@ def test_the_grade_box_keeps_grader_internals_off_the_students_page():
     import datetime as dt
 
     from autograder.engine.feedback import grade_box
-    from autograder.results import CANVAS_LATE_SOURCE, Result
+    from autograder.lms.canvas import CANVAS_LATE_SOURCE
+    from autograder.results import Result
     from autograder.term.policy import final_grades
     from autograder.term.termfile import LatePolicy, LessonTerm, Term
     due = dt.datetime(2026, 10, 1, 23, 59, tzinfo=dt.timezone.utc)

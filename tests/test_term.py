@@ -141,7 +141,7 @@ def test_overrides_read_comments_repeats_and_header(tmp_path):
 
 
 def test_an_unknown_canvas_time_reads_once_and_one_point_is_singular(tmp_path):
-    from autograder.results import CANVAS_LATE_SOURCE
+    from autograder.lms.canvas import CANVAS_LATE_SOURCE
     term = load_term(_term_file(tmp_path, DUE), [ASSIGNMENT])
     late = DUE + dt.timedelta(hours=3)      # 1 started day: 10% of 10 points is 1 point
     canvas, plain, one = final_grades([

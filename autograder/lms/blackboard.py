@@ -21,9 +21,10 @@ from datetime import datetime
 
 from autograder.lms.base import Lms, LmsFile, register
 from autograder.lms.gradebooks import Column, _Gradebook, _no_column, decimal_comma, number_of
-from autograder.results import BLACKBOARD_SOURCE
 
 __all__ = ["Blackboard", "BLACKBOARD_SOURCE"]
+
+BLACKBOARD_SOURCE = "Blackboard attempt date"
 
 
 _RECEIPT_NAME = re.compile(r"^\s*Name:.*\(([^()\s]+)\)\s*$")
