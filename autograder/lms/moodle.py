@@ -188,7 +188,8 @@ class _Moodle(_Gradebook):
 
 
 def moodle_lesson(book, lessons, term, lesson, path) -> str:
-    """The one lesson a Moodle worksheet is for (module docstring says how it is chosen)."""
+    """The one lesson a Moodle worksheet is for: ``lesson`` (--lesson), else the lesson whose
+    term-file lms_column the worksheet's file name holds, else grades.csv's only lesson."""
     if lesson is not None:
         if lesson not in lessons:
             raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
