@@ -11,13 +11,10 @@ import json
 import os
 from pathlib import Path
 
-import nbformat
-
-from autograder.cells import grade_id_of, nbgrader_meta
 from autograder.ids import folder_name
 
 __all__ = ["journal_path", "load_result", "save_result", "digest", "atomic_write", "MANIFEST",
-           "write_manifest", "read_manifest", "load_results", "lesson_maxima"]
+           "write_manifest", "read_manifest", "load_results"]
 
 MANIFEST = "class.json"     # the class of a grading folder: its students, lessons and columns
 
@@ -91,16 +88,3 @@ def load_results(out: Path) -> list:
     entries, _ = read_manifest(out)
     found = (load_result(out, assignment, student) for student, assignment, _ in entries)
     return [r for r in found if r is not None]
-
-
-def lesson_maxima(out: Path, assignments) -> dict:
-    """{assignment: {grade_id: points}} of each lesson's autograded cells, read from its
-    release in ``out/work/release`` (no kernel); a lesson without a release maps to {}."""
-    maxima = {}
-    for a in sorted(assignments):
-        maxima[a] = {}
-        for p in sorted((Path(out) / "work" / "release" / a).glob("*.ipynb")):
-            maxima[a].update({grade_id_of(c): float(nbgrader_meta(c).get("points", 0))
-                              for c in nbformat.read(p, as_version=4).cells
-                              if nbgrader_meta(c).get("grade") and grade_id_of(c)})
-    return maxima

@@ -199,3 +199,17 @@ def test_the_package_face_imports_nothing():
 def test_grading_imports_dask_only_for_a_cluster():
     loaded = _imported_by("import autograder.grading.grade")
     assert not {"dask", "distributed"} & loaded
+
+
+def test_each_folder_says_what_it_owns_and_may_import_and_the_map_names_it():
+    text = (PACKAGE / "README.md").read_text()
+    for floor in grader_layout.FLOORS:
+        if floor in ("base", "top"):
+            continue
+        readme = PACKAGE / floor / "README.md"
+        assert readme.is_file(), f"autograder/{floor}/ has no README.md"
+        assert "## What it may import" in readme.read_text(), f"{readme} does not say what it may import"
+        assert f"`{floor}/`" in text, f"autograder/README.md's map does not name {floor}/"
+    folders = {p.parent.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("__init__.py")
+               if not grader_layout.DATA_FOLDERS & set(p.relative_to(PACKAGE).parts)} - {"."}
+    assert folders <= set(grader_layout.FLOORS), f"folders no floor names: {folders - set(grader_layout.FLOORS)}"

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autograder.journal import lesson_maxima, load_result, read_manifest
+from autograder.journal import load_result, read_manifest
+from autograder.release import lesson_maxima
 from autograder.results import Result
 
 __all__ = ["EarlierLessons"]

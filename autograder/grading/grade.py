@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import nbformat
 from sqlalchemy.exc import SAWarning
 from tqdm.auto import tqdm
 
@@ -26,12 +25,12 @@ from autograder import ids
 from autograder.engine import sandbox
 from autograder.engine.jail import jail
 from autograder.engine.autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_config
-from autograder.cells import grade_id_of, is_graded, nbgrader_meta
 from autograder.intake.collect import DEFAULT_MAX_BYTES, choose_notebook, collect
 from autograder.config import list_assignments
 from autograder.grading.earlier import EarlierLessons
 from autograder.journal import atomic_write, digest, load_result, save_result, write_manifest
 from autograder.options import GradingOptions
+from autograder.release import Release
 from autograder.publishing.releases import git_releases, release_history, update_releases
 from autograder.intake.repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 from autograder.results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, Result,
@@ -61,34 +60,16 @@ class _Job:
 TAMPERING = "grader settings of"      # the repair note of a graded cell whose metadata was changed
 
 
-class _Release:
-    """One assignment as released, which its submissions are graded against: notebook names,
-    release notebooks, instructor test sources, and the earlier releases of each notebook (so an
-    old notebook is not blamed for changes). Not the course's lesson
-    (:class:`autograder.course.Lesson`) nor a graded DIR's release as insights reads it
-    (:class:`autograder.reporting.insights.ReleasedLesson`)."""
-
-    def __init__(self, work: Path, assignment: str, root: Path):
-        release, source = work / "release" / assignment, work / "source" / assignment
-        self.names = sorted(p.name for p in release.glob("*.ipynb"))
-        self.release = {n: nbformat.read(release / n, as_version=4) for n in self.names}
-        self.sources = {}
-        for n in self.names:
-            for c in nbformat.read(source / n, as_version=4).cells:
-                gid = grade_id_of(c)
-                if gid:
-                    self.sources[gid] = c.source
-        self.columns = [grade_id_of(c) for n in self.names
-                        for c in self.release[n].cells if is_graded(c)]
-        self.digest = digest(*(p.read_bytes() for p in sorted(source.rglob("*")) if p.is_file()))
-        # the releases before this one, per notebook (autograder.intake.repair's ``earlier``): the
-        # course's committed lessons/ and the releases made in this DIR
-        self.earlier = {}
-        for n in self.names:
-            now = release_cells(self.release[n])
-            found = git_releases(root, assignment, n) + \
-                [r[n] for r in release_history(work, assignment) if n in r]
-            self.earlier[n] = [r for i, r in enumerate(found) if r != now and r not in found[:i]]
+def _with_earlier(lesson: Release, root: Path) -> Release:
+    """``lesson`` with the releases before it, per notebook (autograder.intake.repair's
+    ``earlier``): the course's committed lessons/ and the releases made in this DIR, so that an
+    old notebook is not blamed for the changes since."""
+    for n in lesson.names:
+        now = release_cells(lesson.release[n])
+        found = git_releases(root, lesson.assignment, n) + \
+            [r[n] for r in release_history(lesson.work, lesson.assignment) if n in r]
+        lesson.earlier[n] = [r for i, r in enumerate(found) if r != now and r not in found[:i]]
+    return lesson
 
 
 def _submitted_at(sub, chosen) -> tuple:
@@ -200,11 +181,11 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
                   key=lambda s: (s.assignment, s.student))
     needed = sorted({s.assignment for s in subs if not s.problem})
     update_releases(root, work, needed, db_url)
-    lessons = {a: _Release(work, a, root) for a in needed}
+    lessons = {a: _with_earlier(Release(work, a), root) for a in needed}
     kept = EarlierLessons(out, {s.assignment for s in subs})
     overrides = read_overrides(out / OVERRIDES_FILE, {   # a bad row stops the run before any kernel
         **kept.known(),
-        **{(s.student, s.assignment): _maxima(lessons[s.assignment])
+        **{(s.student, s.assignment): lessons[s.assignment].maxima
            if s.assignment in lessons else {} for s in subs}})
     if term is None:   # the term file of an earlier --term, read again, else none
         term = remembered_term(out, assignments)
@@ -338,7 +319,7 @@ def _write_partial(out, prepared, results, lessons, max_scores, term=None, overr
     done = [results[id(j)] for j in prepared if id(j) in results]
     for r in done:   # a rejected submission still shows what it could have scored
         if not r.max_score and r.assignment in lessons:
-            r.max_score = max_scores.setdefault(r.assignment, _max_score(lessons[r.assignment]))
+            r.max_score = max_scores.setdefault(r.assignment, lessons[r.assignment].max_score)
     columns = {a: lessons[a].columns for a in lessons}
     if kept is not None:
         done = sorted(done + kept.results, key=lambda r: (r.assignment, r.student))
@@ -346,16 +327,6 @@ def _write_partial(out, prepared, results, lessons, max_scores, term=None, overr
     columns = [g for a in sorted(columns) for g in columns[a]]
     write_csv(out / "grades.csv", done, columns, hints={},   # hints: filled when the batch ends
               term=term, overrides=overrides)
-
-
-def _maxima(lesson) -> dict:
-    """{grade_id: points} of a lesson's graded cells."""
-    return {grade_id_of(c): float(nbgrader_meta(c).get("points", 0))
-            for nb in lesson.release.values() for c in nb.cells if is_graded(c)}
-
-
-def _max_score(lesson) -> float:
-    return float(sum(_maxima(lesson).values()))
 
 
 def write_csv(path: Path, results: list, exercise_columns: list, hints=None, term=None,

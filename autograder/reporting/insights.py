@@ -16,43 +16,17 @@ import nbformat
 
 from autograder import ids
 from autograder.journal import atomic_write, load_result, read_manifest
-from autograder.cells import grade_id_of, is_test_cell, nbgrader_meta
-from autograder.mistakes import (NO_MATCH, NOT_GRADED, exercise_titles, hint_shown, load_mistakes,
-                                 match_mistake)
+from autograder.cells import grade_id_of, is_test_cell
+from autograder.mistakes import NO_MATCH, NOT_GRADED, hint_shown, match_mistake
+from autograder.release import Release, answer_text
 from autograder.results import REJECTED, Status, write_grades_csv
 from autograder.term.policy import final_grades
 
-__all__ = ["INSIGHT_COLUMNS", "Exercise", "ReleasedLesson", "Insight", "ClassData", "load_class",
+__all__ = ["INSIGHT_COLUMNS", "Insight", "ClassData", "load_class",
            "write_insights_csv", "write_lesson_csvs"]
 
 INSIGHT_COLUMNS = ["student_id", "assignment", "exercise", "title", "points", "max_points",
                    "mistake", "hint"]
-
-
-@dataclass
-class Exercise:
-    """One autograded test cell of a lesson."""
-    grade_id: str
-    title: str
-    points: float
-
-
-@dataclass
-class ReleasedLesson:
-    """An assignment as released into a graded DIR (``work/release/<assignment>``): its
-    exercises, mistake catalogue and answer cells. Not the course's lesson: that is
-    :class:`autograder.course.Lesson` (id, title, time), one per lesson of ``LESSONS``; a class
-    may also be graded on an assignment the course does not list (the toy course)."""
-    assignment: str
-    notebooks: list                 # notebook file names
-    exercises: list                 # [Exercise] in notebook order
-    mistakes: dict                  # {id: Mistake}
-    skeleton: str = ""              # the released text of the answer (solution) cells
-    reference: str = ""             # the instructor's text of the same cells
-
-    @property
-    def max_score(self) -> float:
-        return float(sum(e.points for e in self.exercises))
 
 
 @dataclass
@@ -73,7 +47,7 @@ class Insight:
 class ClassData:
     """Everything the report and the CSVs need, read from DIR."""
     results: list                                   # journal dicts, in grades.csv order
-    lessons: dict                                   # assignment -> ReleasedLesson
+    lessons: dict                                   # assignment -> autograder.release.Release
     columns: dict                                   # assignment -> its grades.csv columns
     insights: list = field(default_factory=list)    # [Insight]
     answers: dict = field(default_factory=dict)     # (student, assignment) -> answer text
@@ -84,30 +58,14 @@ class ClassData:
                         if (i.student, i.assignment) == (student, assignment) and i.mistake)
 
 
-def _cells(nb, kind: str) -> dict:
-    return {grade_id_of(c): c for c in nb.cells if nbgrader_meta(c).get(kind) and grade_id_of(c)}
-
-
-def _answer_text(nbs) -> str:
-    """The answer (solution) cells of notebooks, in order, as one text."""
-    return "\n\n".join(c.source for nb in nbs for c in _cells(nb, "solution").values())
-
-
 def _load_lesson(root: Path, work: Path, assignment: str):
-    release = sorted((work / "release" / assignment).glob("*.ipynb"))
-    if not release:
+    """The assignment's Release in ``work``, its mistake catalogue read (a malformed one raises
+    ValueError here); None when nothing of it was released."""
+    lesson = Release(work, assignment, root)
+    if not lesson.names:
         return None
-    nbs = [nbformat.read(p, as_version=4) for p in release]
-    exercises = []
-    for nb in nbs:
-        titles = exercise_titles(nb)
-        exercises += [Exercise(grade_id_of(c), titles[grade_id_of(c)],
-                               float(nbgrader_meta(c).get("points", 0)))
-                      for c in nb.cells if is_test_cell(c)]
-    source = [work / "source" / assignment / p.name for p in release]
-    reference = _answer_text([nbformat.read(p, as_version=4) for p in source if p.is_file()])
-    return ReleasedLesson(assignment, [p.name for p in release], exercises,
-                  load_mistakes(root, assignment), _answer_text(nbs), reference)
+    lesson.mistakes   # noqa: B018 (read now: a bad catalogue stops the report before it writes)
+    return lesson
 
 
 def _read_nb(path: Path):
@@ -117,7 +75,7 @@ def _read_nb(path: Path):
         return None
 
 
-def _student_insights(work: Path, lesson: ReleasedLesson, res: dict, internal: str) -> tuple:
+def _student_insights(work: Path, lesson: Release, res: dict, internal: str) -> tuple:
     """(insights, answer text) of one result: the hints from the autograded notebooks, the
     answers from the submitted ones (as graded, after repair)."""
     graded = bool(res.get("exercises")) and Status.of(res.get("status", "")).kind != REJECTED
@@ -129,7 +87,7 @@ def _student_insights(work: Path, lesson: ReleasedLesson, res: dict, internal: s
                 shown.update({grade_id_of(c): hint_shown(c)
                               for c in nb.cells if is_test_cell(c)})
         subs = [_read_nb(work / "submitted" / internal / lesson.assignment / n) for n in lesson.notebooks]
-        answers = _answer_text([nb for nb in subs if nb is not None])
+        answers = answer_text([nb for nb in subs if nb is not None])
     rows = []
     for ex in lesson.exercises:
         points = res.get("exercises", {}).get(ex.grade_id) if graded else None

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from autograder import ids
 from autograder.config import list_assignments
-from autograder.journal import lesson_maxima, load_results
+from autograder.journal import load_results
+from autograder.release import lesson_maxima
 from autograder.lms.layouts import MOODLE_SOURCE, moodle_submission_times
 from autograder.results import (NEEDS_REVIEW, REJECTED, TIMESTAMP_SOURCE, _ZONE_MARK, FinalGrade,
                                 Result, Status)
