@@ -315,33 +315,24 @@ def _forbidden_use(fn, test_cell, forbid, instead, bindings: Bindings, student_c
 def _reach(fn, test_cell, forbid, bindings: Bindings, student_cells):
     """(forbidden path, cell) of the first use of a ``forbid`` module found by following ``fn``'s
     bindings and the module names they read (only uses in the student's cells count), or None."""
-    seen, todo = set(), [fn]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for b in bindings.at(name, test_cell):
-            if b.cell not in student_cells:
-                continue
-            if b.module and _is_forbidden(b.module, forbid):
-                return b.module, b.cell
-            for sub in ast.walk(b.node):
-                if isinstance(sub, (ast.Import, ast.ImportFrom)):
-                    modules = [sub.module or ""] if isinstance(sub, ast.ImportFrom) else []
-                    for path in modules + [m for m in import_modules(sub).values()]:
-                        if _is_forbidden(path, forbid):
-                            return path, b.cell
-            loads = free_loads(b.node)
-            free = {id(n) for n in loads}
-            uses = [(n.id, chain) for n, chain in attribute_paths(b.node) if id(n) in free] + \
-                [(n.id, n.id) for n in loads]      # the longest path first: the hint names it
-            for base, path in uses:
-                for held in bindings.at(base, test_cell):
-                    full = held.module if path == base else f"{held.module}.{path}" if held.module else ""
-                    if full and _is_forbidden(full, forbid):
-                        return full, b.cell
-            todo.extend(n.id for n in loads if n.id not in seen)
+    for _name, b in _closure(fn, test_cell, bindings, student_cells):
+        if b.module and _is_forbidden(b.module, forbid):
+            return b.module, b.cell
+        for sub in ast.walk(b.node):
+            if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                modules = [sub.module or ""] if isinstance(sub, ast.ImportFrom) else []
+                for path in modules + [m for m in import_modules(sub).values()]:
+                    if _is_forbidden(path, forbid):
+                        return path, b.cell
+        loads = free_loads(b.node)
+        free = {id(n) for n in loads}
+        uses = [(n.id, chain) for n, chain in attribute_paths(b.node) if id(n) in free] + \
+            [(n.id, n.id) for n in loads]      # the longest path first: the hint names it
+        for base, path in uses:
+            for held in bindings.at(base, test_cell):
+                full = held.module if path == base else f"{held.module}.{path}" if held.module else ""
+                if full and _is_forbidden(full, forbid):
+                    return full, b.cell
     return None
 
 
