@@ -51,7 +51,7 @@ class Submission:
     times: dict = field(default_factory=dict)  # path -> upload time read from an LMS file name
     stamps: dict = field(default_factory=dict)  # path -> that time as the LMS wrote it (ISO)
     home: Path = None          # the student's own folder, when the layout has one
-    layout: str = "folder"     # "folder", or the LMS whose export it came from (lms.LAYOUTS)
+    layout: str = "folder"     # "folder", or the LMS whose export it came from (its Lms.title, lms/base.py)
 
 
 def _is_notebook(name: str) -> bool:
@@ -206,8 +206,8 @@ def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list
                 sub.stamps[path] = f.stamp
             if f.problem and not sub.problem:
                 sub.problem = f.problem
-            if f.late and "marked late by Canvas" not in sub.notes:
-                sub.notes.append("marked late by Canvas")
+            if f.note and f.note not in sub.notes:    # Canvas: "marked late by Canvas"
+                sub.notes.append(f.note)
     return list(found.values())
 
 
