@@ -32,9 +32,9 @@ from autograder.journal import atomic_write, digest, load_result, save_result, w
 from autograder.options import GradingOptions
 from autograder.release import Release
 from autograder.publishing.releases import git_releases, release_history, update_releases
+from autograder.lms.base import by_layout
 from autograder.intake.repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
-from autograder.results import (BLACKBOARD_SOURCE, CANVAS_LATE_SOURCE, GRADE_COLUMNS, Result,
-                                read_timestamp, write_grades_csv)
+from autograder.results import GRADE_COLUMNS, Result, read_timestamp, write_grades_csv
 from autograder.term.policy import OVERRIDES_FILE, final_grades, read_overrides
 from autograder.term.termfile import remember_term, remembered_term
 from autograder.reporting.report import write_class_outputs
@@ -75,7 +75,9 @@ def _with_earlier(lesson: Release, root: Path) -> Release:
 def _submitted_at(sub, chosen) -> tuple:
     """(ISO time, source) of a submission, read where the class was handed in (never from
     anything the student's code wrote): nbgrader's timestamp.txt beside a folder submission,
-    the Blackboard attempt date of the ``chosen`` file; else ("", why it is unknown). In an
+    the time the LMS's name of the ``chosen`` file gives (Blackboard's attempt date), or the
+    LMS's late mark (Canvas's _LATE_): each LMS's sources (``Lms.stamp_source``,
+    ``Lms.late_source``, lms/); else ("", why it is unknown). In an
     LMS export a file named timestamp.txt is one the student uploaded: it is never read."""
     for rel, path in sub.data_files if sub.layout == "folder" else ():
         if rel == "timestamp.txt":
@@ -83,11 +85,12 @@ def _submitted_at(sub, chosen) -> tuple:
                 return read_timestamp(path.read_text(errors="replace")[:200])
             except (ValueError, OverflowError, OSError):
                 return "", "unknown (timestamp.txt is not a date)"
+    lms = by_layout(sub.layout)    # the LMS of the export (lms/), None for a class folder
     stamp = sub.stamps.get(chosen) if chosen is not None else None
-    if stamp:
-        return stamp, BLACKBOARD_SOURCE
-    if "marked late by Canvas" in sub.notes:
-        return "", CANVAS_LATE_SOURCE
+    if stamp and lms is not None:
+        return stamp, lms.stamp_source
+    if lms is not None and lms.late_note and lms.late_note in sub.notes:
+        return "", lms.late_source
     return "", ""
 
 
