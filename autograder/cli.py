@@ -8,6 +8,7 @@ from autograder.publishing.build import BuildError
 from autograder.config import find_course_root
 from autograder.options import add_arguments, from_arguments
 from autograder.engine.sandbox import SandboxUnavailable
+from autograder.lms.base import LMSS
 from autograder.grading.console import announce, summary_lines
 
 __all__ = ["main", "parser"]
@@ -100,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="fill in the gradebook file Canvas, Moodle or Blackboard "
                                       "downloads with a graded class's scores, to upload back")
     e.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
-    e.add_argument("--lms", required=True, choices=["canvas", "moodle", "blackboard"])
+    e.add_argument("--lms", required=True, choices=list(LMSS))   # lms/: one module per LMS
     e.add_argument("--gradebook", required=True, metavar="FILE",
                    help="the file the LMS downloads: Canvas's gradebook export (.csv), Moodle's "
                         "grading worksheet (.csv), Blackboard's Grade Centre download (.xls/.csv)")
