@@ -58,9 +58,8 @@ from collections import Counter
 from pathlib import Path
 
 from autograder import ids
-from autograder.lms.gradebooks import (GRADEBOOKS, Export, decimal_comma, lesson_columns,
-                                       moodle_lesson, number_of, points_text)
-from autograder.lms.layouts import MOODLE_NO, moodle_language
+from autograder.lms.base import LMSS
+from autograder.lms.gradebooks import Export, lesson_columns, number_of, points_text
 from autograder.lms.table import ExportError, Table, read_table, write_table
 from autograder.results import NEEDS_REVIEW, REJECTED, Status
 from autograder.term.policy import load_final_grades
@@ -68,10 +67,8 @@ from autograder.course import LESSONS
 from autograder.term.termfile import TERM_RECORD, load_term, remembered_term
 from autograder.engine.feedback import gradebook_page
 
-__all__ = ["LMS", "ExportError", "Table", "read_table", "write_table", "export_gradebook",
+__all__ = ["ExportError", "Table", "read_table", "write_table", "export_gradebook",
            "Export", "format_export", "term_for", "recorded_term", "write_feedback_zip"]
-
-LMS = ("canvas", "moodle", "blackboard")
 
 
 # ------------------------------------------------------------------------------ grades.csv
@@ -183,22 +180,16 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     ``send_undecided`` (then it is filled with its machine score and listed all the same). Returns an
     :class:`Export` (format_export prints it). Raises ExportError on a file it cannot use.
     """
-    if lms not in GRADEBOOKS:
-        raise ExportError(f"--lms {lms!r}: one of {', '.join(LMS)}")
+    if lms not in LMSS:     # the LMSs of lms/ (autograder.lms.base.LMSS)
+        raise ExportError(f"--lms {lms!r}: one of {', '.join(LMSS)}")
     recorded = term is None
     if recorded:    # the whole recorded term file: its late rules and its lms_column alike
         term = recorded_term(out_dir)
     rows = _final_rows(out_dir, term)
     table = read_table(gradebook)
-    book = GRADEBOOKS[lms](table)
+    book = LMSS[lms].gradebook(table)
     lessons = {r["assignment"] for r in rows}
-    if lms == "moodle":
-        only = moodle_lesson(book, lessons, term, lesson, gradebook)
-    elif lesson is not None and lesson not in lessons:
-        raise ExportError(f"--lesson {lesson}: grades.csv has no grades for it "
-                          f"(it has {', '.join(sorted(lessons)) or 'none'})")
-    else:
-        only = lesson
+    only = book.lesson_for(lessons, term, lesson, gradebook)   # Moodle: the worksheet's one
     result = Export(lms, Path(gradebook), Path(out), sent_undecided=send_undecided)
     if term is not None and term.path is not None:
         result.term_file, result.term_recorded = Path(term.path), recorded
@@ -221,12 +212,10 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
                 held_rows.add(record)
                 continue
         points, comma = col.points, col.comma
-        if points is None:      # Moodle: per row
-            max_cell = book.cell(record, "Maximum Grade")
-            points, comma = number_of(max_cell), decimal_comma(max_cell)
+        if points is None:      # per row (Moodle: its Maximum Grade)
+            points, comma, why = book.row_points(record)
             if points is None:
-                result.notes.append(f"{sid}: Maximum Grade {max_cell!r} is not a number; "
-                                    "not filled")
+                result.notes.append(f"{sid}: {why}; not filled")
                 continue
         if row["max_score"] <= 0:
             result.notes.append(f"{sid}, {row['assignment']}: max_score is 0 in grades.csv; "
@@ -237,15 +226,13 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
             result.notes.append(f"{sid}, {row['assignment']}: score {row['score']:g} is below 0; "
                                 "not filled")
             continue
-        if lms == "moodle" and value > points:
-            result.notes.append(f"{sid}: {value:g} capped at the Maximum Grade {points:g} "
-                                "(Moodle refuses a larger grade)")
-            value = points
+        value, capped = book.capped(sid, value, points)     # Moodle: at the Maximum Grade
+        if capped:
+            result.notes.append(capped)
         text = ids.spreadsheet_safe(points_text(value, comma))
-        if lms == "moodle" and book.cell(record, "Grade can be changed").strip().casefold() in (
-                "no", MOODLE_NO[moodle_language(book.head)].casefold()):
-            result.notes.append(f"{sid}: the worksheet says 'Grade can be changed: No' (locked "
-                                "or overridden in the gradebook); Moodle will skip this grade")
+        refused = book.refused(record, sid)    # Moodle: "Grade can be changed: No"
+        if refused:
+            result.notes.append(refused)
         old = table.records[record].values
         if col.index >= len(old):
             result.notes.append(f"{sid}: the gradebook's row (line {table.records[record].line}) "
@@ -296,11 +283,7 @@ def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
                 result.notes.append(f"{sid}, {lesson}: no feedback page in "
                                     f"{Path(out_dir) / 'feedback'}; none packed")
                 continue
-            if lms == "moodle":    # <student id>_assignsubmission_file_/: Moodle reads its 2nd part
-                name = f"{ids.folder_name(sid)}_assignsubmission_file_/{lesson}_feedback.html"
-            else:
-                who = ids.folder_name(f"{result.rows[sid][1]} ({sid})")
-                name = f"{lesson}/{who}.html"
+            name = LMSS[lms].gradebook.feedback_name(sid, lesson, result.rows[sid][1])
             # the page says the grade as the gradebook shows it, on the column's scale
             text = gradebook_page(page.read_text(encoding="utf-8"), lesson,
                                   result.filled[(sid, lesson)], result.scale[(sid, lesson)], lms)
@@ -350,7 +333,8 @@ def format_export(result: Export) -> str:
                      "no grade here): " + "; ".join(ids.printable(s) for s in result.kept))
     lines += [f"  note: {ids.printable(n)}" for n in result.notes]
     if result.filled:
-        lines.append(f"wrote {result.out}: upload it to {result.lms.capitalize()} (docs/instructors.md: "
+        title = LMSS[result.lms].title if result.lms in LMSS else result.lms
+        lines.append(f"wrote {result.out}: upload it to {title} (docs/instructors.md: "
                      "Grades back into the LMS)")
     else:    # as loud as the NOT FILLED / NOT FOUND lines: nothing here is worth an upload
         lines.append(f"  NOTHING FILLED: no grade was written, {result.out} is the gradebook as "
