@@ -17,6 +17,7 @@ from autograder.mistakes import exercise_titles, hint_shown
 from autograder.config import FEEDBACK_TEMPLATE, FEEDBACK_TEMPLATES
 from autograder.ids import folder_name
 from autograder.journal import atomic_write
+from autograder.lms.base import LMSS
 
 __all__ = ["HideHiddenTests", "ExerciseFeedback", "SanitizeFeedback", "clean_html", "tex_to_mathml"]
 
@@ -367,10 +368,10 @@ def gradebook_page(page: str, lesson: str, grade: str, points: str, lms: str) ->
     gradebook) and the lesson's own points under it; a page without a box gets one holding just
     that. nbgrader's tests-only heading score goes either way, so the page shows one grade, the
     one the student sees in the LMS. ``points``: the column's points possible, written as the
-    grade is (a decimal comma where the gradebook has one). ``lms``: canvas, moodle or blackboard."""
+    grade is (a decimal comma where the gradebook has one). ``lms``: an LMS's name (autograder.lms.base.LMSS)."""
     import html
     e = html.escape
-    where = {"canvas": "Canvas", "moodle": "Moodle", "blackboard": "Blackboard"}.get(lms, lms)
+    where = LMSS[lms].title if lms in LMSS else lms
     headline = (f"<strong>Your grade for {e(lesson)} in {e(where)}: <span class='lms-score'>"
                 f"{e(grade)}</span> of {e(points)}</strong>")
     found = _HEADLINE.search(page) if GRADE_BOX_START in page else None
