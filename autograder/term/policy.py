@@ -32,7 +32,7 @@ from autograder import ids
 from autograder.config import list_assignments
 from autograder.journal import load_results
 from autograder.release import lesson_maxima
-from autograder.lms.layouts import MOODLE_SOURCE, moodle_submission_times
+from autograder.lms.moodle import MOODLE_SOURCE, moodle_submission_times
 from autograder.results import (NEEDS_REVIEW, REJECTED, TIMESTAMP_SOURCE, _ZONE_MARK, FinalGrade,
                                 Result, Status)
 from autograder.term.termfile import EMPTY_TERM, Term, remembered_term
@@ -150,7 +150,7 @@ def _aware(text: str, zone) -> dt.datetime | None:
 
 def _unknown_time(source: str) -> str:
     """"submission time unknown", with why when ``source`` says it. A source that itself
-    starts with "unknown (" (CANVAS_LATE_SOURCE) gives its reason once: "submission time unknown
+    starts with "unknown (" (an Lms.late_source) gives its reason once: "submission time unknown
     (Canvas marked it _LATE_, ...)", not "unknown (unknown (...))"."""
     reason = source.strip()
     if reason.startswith("unknown (") and reason.endswith(")"):
