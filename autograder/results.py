@@ -24,13 +24,10 @@ from autograder import ids
 from autograder.journal import atomic_write
 
 __all__ = ["Result", "Status", "GRADED", "NEEDS_REVIEW", "TIMED_OUT", "REJECTED", "FinalGrade",
-           "GRADE_COLUMNS", "write_grades_csv", "TIMESTAMP_SOURCE", "BLACKBOARD_SOURCE",
-           "CANVAS_LATE_SOURCE", "read_timestamp"]
+           "GRADE_COLUMNS", "write_grades_csv", "TIMESTAMP_SOURCE", "read_timestamp"]
 
 GRADED, NEEDS_REVIEW, TIMED_OUT, REJECTED = "graded", "needs manual review", "timed out", "rejected"
-TIMESTAMP_SOURCE = "nbgrader timestamp.txt"
-BLACKBOARD_SOURCE = "Blackboard attempt date"
-CANVAS_LATE_SOURCE = "unknown (Canvas marked it _LATE_, its file names carry no time)"
+TIMESTAMP_SOURCE = "nbgrader timestamp.txt"    # each LMS's own sources: lms/ (Lms.stamp_source)
 # grades.csv: these, then the points of each exercise, then hints (autograder.reporting.insights).
 GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "notes",
                  "raw_score", "late_penalty", "days_late", "due", "submitted_at",
