@@ -651,7 +651,7 @@ def test_moodle_worksheets_in_german_french_and_spanish(tmp_path, lang):
     read in the worksheet's language, an all-number date day first (5/10 is 5 October)."""
     import datetime as dt
 
-    from autograder.lms.layouts import moodle_submission_times
+    from autograder.lms.moodle import moodle_submission_times
     head, who, yes, no, words, numbers = MOODLE_LANGS[lang]
     sheet = head + (f'{who} 1001;Ann Smith;a@x.edu;-;;10,00;{yes};"{words}";-;\n'
                     f'{who} 1002;Bo Li;b@x.edu;-;;10,00;{no};{numbers};-;\n'
@@ -675,7 +675,7 @@ def test_moodle_worksheets_in_german_french_and_spanish(tmp_path, lang):
 def test_moodle_english_worksheet_dates_read_as_before(tmp_path):
     import datetime as dt
 
-    from autograder.lms.layouts import moodle_submission_times
+    from autograder.lms.moodle import moodle_submission_times
     sheet = tmp_path / "w.csv"
     sheet.write_text(MOODLE)
     times = moodle_submission_times(sheet, dt.timezone.utc)

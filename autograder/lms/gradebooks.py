@@ -1,23 +1,21 @@
 """The gradebook an export fills, as one small base (:class:`_Gradebook`): which rows are
 students, their keys, the columns and their points. Each LMS's own is in its module
 (``canvas._Canvas``, ``moodle._Moodle``, ``blackboard._Blackboard``) and is its ``Lms.gradebook``;
-:data:`GRADEBOOKS` names them by LMS, read from the registry (``lms.base.LMSS``).
+export finds them by LMS name in the registry (``lms.base.LMSS``).
 """
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course import LESSONS
 from autograder.ids import folder_name
-from autograder.lms.base import LMSS
 from autograder.lms.table import ExportError, Record, Table
 
-__all__ = ["Column", "Export", "GRADEBOOKS", "number_of", "decimal_comma", "points_text",
-           "trailing_number", "lesson_columns", "moodle_lesson"]
+__all__ = ["Column", "Export", "number_of", "decimal_comma", "points_text", "trailing_number",
+           "lesson_columns"]
 
 
 # ------------------------------------------------------------------------------ the base
@@ -192,22 +190,6 @@ class _Gradebook:
         return lesson
 
 
-class _Gradebooks(Mapping):
-    """LMS name -> its gradebook class, read from the registry when asked."""
-
-    def __getitem__(self, name):
-        return LMSS[name].gradebook
-
-    def __iter__(self):
-        return iter(LMSS)
-
-    def __len__(self):
-        return len(LMSS)
-
-
-GRADEBOOKS = _Gradebooks()
-
-
 def _no_column(wanted: str, candidates) -> str:
     shown = ", ".join(repr(c) for c in list(candidates)[:12]) or "none"
     return f"no column {wanted!r} in the gradebook (its assignment columns: {shown})"
@@ -239,8 +221,3 @@ def lesson_columns(book, lessons, term, only=None) -> tuple:
         else:
             columns[lesson] = col
     return columns, missing
-
-
-def moodle_lesson(book, lessons, term, lesson, path) -> str:
-    """The one lesson a Moodle worksheet is for: ``book.lesson_for`` (lms.moodle)."""
-    return book.lesson_for(lessons, term, lesson, path)

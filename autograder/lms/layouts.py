@@ -15,13 +15,8 @@ import logging
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
 from autograder.lms.base import LMSS, LmsFile
-from autograder.lms.moodle import (MOODLE_HEADERS, MOODLE_NO, MOODLE_SOURCE, moodle_header,
-                                   moodle_language, moodle_submission_times)
 
-__all__ = ["LmsFile", "FOLDER", "match_layout", "describe_layouts",
-           # Moodle's, read from lms.moodle (kept here for the modules that import them from here)
-           "moodle_submission_times", "MOODLE_SOURCE", "MOODLE_HEADERS", "moodle_language",
-           "moodle_header", "MOODLE_NO"]
+__all__ = ["LmsFile", "FOLDER", "match_layout", "describe_layouts"]
 
 FOLDER = ("a folder per student: <student>/<assignment>/<notebook>.ipynb (or "
           "<student>/<notebook>.ipynb), inside up to three wrapping folders")
