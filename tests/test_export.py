@@ -377,6 +377,23 @@ def test_an_export_that_fills_nothing_says_so_and_exits_2(canvas, tmp_path, caps
     assert dest.read_bytes() == book.read_bytes()
 
 
+def test_students_the_gradebook_lacks_are_named_with_how_a_row_is_found(tmp_path, capsys):
+    """Lessons matched to their columns, but no student of grades.csv has a row (ids that carry
+    no Canvas user id): the lines say how a row is found, no --term advice is given when the term
+    did its part, and no feedback zip is left behind for an export with nothing to upload."""
+    out = graded_class(tmp_path, {("theo_pad_right", "01_running_sum"): (5, 6)})
+    book = tmp_path / "canvas.csv"
+    book.write_text(CANVAS)
+    (tmp_path / "t.toml").write_text(TERM.format(c1="01 Running sum (1234)", c2="(1235)"))
+    dest, zpath = tmp_path / "o.csv", tmp_path / "feedback.zip"
+    assert main(["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--out", str(dest),
+                 "--term", str(tmp_path / "t.toml"), "--feedback", str(zpath)]) == 2
+    said = capsys.readouterr().out
+    assert "a student's row is found by the number that ends the student id" in said
+    assert "no student of grades.csv has a row there" in said and "give --term" not in said
+    assert not zpath.exists() and f"no feedback zip written to {zpath}" in said
+
+
 # ------------------------------------------------------------------------------------ Moodle
 
 MOODLE = (

@@ -75,6 +75,7 @@ class _Blackboard(_Gradebook):
     name, kind, id_column = "Blackboard", "Grade Centre download", "Username"
     how = ("In Blackboard: Grade Centre > Full Grade Centre > Work Offline > Download (Full Grade "
            "Centre, tab or comma delimited).")
+    matched_by = "the user name, which a Blackboard submissions zip gives, in the Username column"
     HEADER = re.compile(r"(?P<name>.*?)\s*\[Total Pts: (?P<up>up to )?(?P<pts>[\d.,]+) "
                         r"(?P<kind>[^\]]+)\]\s*\|(?P<id>\d+)\Z")
     SUFFIX = re.compile(r"\s*\|(\d+)\Z")

@@ -27,6 +27,8 @@ CANVAS_LATE_NOTE = "marked late by Canvas"
 class _Canvas(_Gradebook):
     name, kind, id_column = "Canvas", "gradebook export", "ID"
     how = "In Canvas: Grades > Export > Export Entire Gradebook."
+    matched_by = ("the number that ends the student id, which a Canvas submissions zip gives "
+                  "(smithann_12345 -> ID 12345)")
     SPECIAL = {"points possible", "muted", "manual posting"}
     SUFFIX = re.compile(r"\s*\((\d+)\)\Z")
 

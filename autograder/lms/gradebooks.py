@@ -88,6 +88,7 @@ class _Gradebook:
     """What differs between the LMSs: which rows are students, their keys, the columns."""
     name = ""
     id_column = ""
+    matched_by = "its id"     # how a student of grades.csv finds their row, in words
     one_column = False    # one assignment per file: its one grade column, whatever the lesson
 
     def __init__(self, table: Table):

@@ -131,6 +131,8 @@ class _Moodle(_Gradebook):
     one_column = True
     how = ("In Moodle: the assignment > View all submissions > Grading action: Download grading "
            "worksheet (with 'Offline grading worksheet' on in its Feedback types).")
+    matched_by = ("the participant id that ends the student id, which a Moodle submissions zip "
+                  "gives (Ann Smith_1001 -> Participant 1001)")
 
     def __init__(self, table):
         super().__init__(table)

@@ -252,9 +252,11 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
             result.changed += 1
     result.kept = [book.display(r) for r in sorted(set(students.values()) - graded_rows - held_rows)]
     write_table(table, changes, out)
-    if feedback is not None:
+    if feedback is not None and result.filled:
         result.feedback = write_feedback_zip(lms, out_dir, result, feedback)
-        result.feedback_zip = Path(feedback)
+        result.feedback_zip = Path(feedback) if result.feedback else None
+    if feedback is not None and not result.feedback:
+        result.notes.append(f"no feedback zip written to {feedback}: no page goes with a filled grade")
     return result
 
 
@@ -289,7 +291,10 @@ def write_feedback_zip(lms: str, out_dir, result: Export, path) -> list:
                                   result.filled[(sid, lesson)], result.scale[(sid, lesson)], lms)
             zf.writestr(name, text)
             names.append(name)
-    os.replace(tmp, path)
+    if names:
+        os.replace(tmp, path)
+    else:     # an empty zip would look like an upload: none is written
+        tmp.unlink()
     return names
 
 
@@ -312,9 +317,11 @@ def format_export(result: Export) -> str:
                      f"{cells or 'nothing filled'}")
     for lesson, why in sorted(result.unmatched_lessons.items()):
         lines.append(f"  NOT FILLED: lesson {lesson}: {why}")
+    matched_by = LMSS[result.lms].gradebook.matched_by if result.lms in LMSS else "its id"
     if result.unmatched_students:
         lines.append(f"  NOT FOUND in the gradebook ({len(result.unmatched_students)} student(s) "
-                     "of grades.csv, their grades not written): " +
+                     f"of grades.csv, their grades not written; a student's row is found by "
+                     f"{matched_by}): " +
                      ", ".join(ids.printable(s) for s in result.unmatched_students))
     if result.held:
         kinds = Counter(why.split(" (", 1)[0] for _, _, why in result.held)
@@ -337,9 +344,11 @@ def format_export(result: Export) -> str:
         lines.append(f"wrote {result.out}: upload it to {title} (docs/instructors.md: "
                      "Grades back into the LMS)")
     else:    # as loud as the NOT FILLED / NOT FOUND lines: nothing here is worth an upload
+        why = ("no student of grades.csv has a row there" if result.columns and not result.rows
+               else "give --term FILE with each lesson's lms_column, or --lesson ID"
+               if not result.columns else "")
         lines.append(f"  NOTHING FILLED: no grade was written, {result.out} is the gradebook as "
-                     "downloaded; see the lines above for why (give --term FILE with each lesson's "
-                     "lms_column, or --lesson ID)")
+                     "downloaded; see the lines above for why" + (f" ({why})" if why else ""))
         lines.append(f"wrote {result.out}, unchanged: nothing in it to upload")
     if result.feedback:
         lines.append(f"wrote {result.feedback_zip}: {len(result.feedback)} feedback page(s) "
