@@ -270,7 +270,7 @@ def test_a_python_under_tmp_runs_in_the_sandbox(tmp_path):
         here = sysconfig.get_paths()["purelib"]
         (site / "grader.pth").write_text(f"import site; site.addsitedir({here!r})\n")
         proc = subprocess.run([str(os_venv / "bin" / "python"), "-c",
-                               "from autograder import jail; p = jail.probe(); "
+                               "from autograder.engine.jail import jail; p = jail.probe(); "
                                "print(p['ok'], p['cause'], p['why'])"],
                               capture_output=True, text=True, timeout=120, cwd=base)
         assert proc.stdout.startswith("True"), proc.stdout + proc.stderr
