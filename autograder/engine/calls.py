@@ -51,17 +51,23 @@ class StudentFunction:
 class StudentNamespace(dict):
     """The globals of one test cell: what the test defines, else the student's names, fetched
     from the kernel on first use. Built-in names and dunder names are never fetched, so a student
-    global called ``abs`` or ``print`` does not replace the built-in in a test."""
+    global called ``abs`` or ``print`` does not replace the built-in in a test. ``room``: the
+    notebook's :class:`autograder.engine.room.Room`, which answers the names an exercise rule
+    forbids a module to (their calls run where that module does not exist), or None."""
 
-    def __init__(self, link):
+    def __init__(self, link, room=None):
         super().__init__(__builtins__=builtins, __name__="__main__")
         self._link = link
+        self._room = room
         self.fetched = set()     # the names whose value came from the kernel (autograder.engine.partial)
 
     def _fetch(self, name):
         if not isinstance(name, str) or name.startswith("__") or hasattr(builtins, name):
             raise KeyError(name)
-        value = self._link.lookup(name)
+        if self._room is not None and name in self._room.rules:
+            value = self._room.lookup(name)
+        else:
+            value = self._link.lookup(name)
         dict.__setitem__(self, name, value)
         self.fetched.add(name)
         return value

@@ -18,6 +18,7 @@ client), :mod:`autograder.engine.calls` (the channel, proxies and calls), :mod:`
 ``python -m autograder.engine.harness JOB.json`` is how the grader runs it (autograder.engine.sandbox): a
 separate process per submission, which writes the executed notebook and a JSON report.
 """
+import contextlib
 import json
 import os
 import signal
@@ -45,6 +46,7 @@ from autograder.engine.protocol import Job, KernelRequest, Report  # noqa: E402
 from autograder.engine.testcell import run_test  # noqa: E402
 from autograder.engine.kernel.wire import WIRE_MIME  # noqa: E402
 from autograder.engine.jail.ipcfs import confine
+from autograder.engine.room import Room, ruled_names
 
 __all__ = ["run_notebook", "is_test_cell", "run_test", "KernelLink", "StudentFunction",
            "StudentTimeout", "KernelGone", "TIMEOUT_ENAME", "NOT_RUN_ENAME", "main"]
@@ -149,13 +151,17 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
         cwd = cwd or job_dir
     client = HarnessClient(nb, options, km=km)
     link = KernelLink(client)
+    rules = ruled_names(nb)
+    room = Room(nb, rules, options=options, job_dir=job_dir, data_files=data_files, course_root=course_root,
+                sandbox=sandbox, mode=mode, cwd=cwd, env=env) if rules else None
     report = Report()
     deadline = time.monotonic() + options.notebook_timeout
     count = 0
     stopped = ""
     channel_cell = None   # the first student cell that names the grader's channel
     try:
-        with client.setup_kernel(env=env, cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+        with client.setup_kernel(env=env, cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), \
+                (room or contextlib.nullcontext()):
             link.install()
             link.request(KernelRequest.snapshot(_watch_list(nb)), "the kernel's snapshot")
             for index, cell in enumerate(nb.cells):
@@ -174,7 +180,9 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                     continue
                 timed_out = False
                 if is_test_cell(cell):
-                    review = run_test(cell, link, options, limit, show_call_output)
+                    if room is not None and room.uses(cell.source):
+                        room.prepare(index + 1, limit)
+                    review = run_test(cell, link, options, limit, show_call_output, room)
                     if review:
                         report.review.append(review)
                     timed_out = any(o.get("ename") == TIMEOUT_ENAME for o in cell.outputs)

@@ -34,17 +34,20 @@ class _Capped(io.StringIO):
 
 
 @contextlib.contextmanager
-def _alarm(link, seconds):
+def _alarm(links, seconds):
     """Raise StudentTimeout in this (main) thread after ``seconds``, except while a request to
-    the kernel is running (that request has its own time limit)."""
+    a kernel (``links``: the student's, and the room's when there is one) is running (that
+    request has its own time limit)."""
     import threading
     if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def ring(*_):
-        if link.busy:
-            link.expired = True
+        busy = [link for link in links if link.busy]
+        if busy:
+            for link in busy:
+                link.expired = True
         else:
             raise StudentTimeout("the test ran past its time limit")
 
@@ -57,14 +60,15 @@ def _alarm(link, seconds):
         signal.signal(signal.SIGALRM, old)
 
 
-def run_test(cell, link, options, limit, show_call_output=False) -> str:
+def run_test(cell, link, options, limit, show_call_output=False, room=None) -> str:
     """Run a graded test cell here within ``limit`` seconds, in a fresh StudentNamespace; set its
     outputs. Returns a reason for a person to look at the submission, or "".
 
     A test that ends in an expression whose value is a number awards that many of its points,
     nbgrader's partial credit: the value is evaluated here and written as the cell's
     ``execute_result`` (what nbgrader's ``determine_grade`` reads), capped at the cell's points
-    (autograder.engine.partial.credit). When the expression may carry a value of the student's
+    (autograder.engine.partial.credit). ``room``: where the names an exercise rule guards are
+    fetched and called (autograder.engine.room), or None. When the expression may carry a value of the student's
     (autograder.engine.partial.student_derived, with the names this test fetched from the kernel), the
     test fails with PartialCreditRefused instead and the reason is returned.
     """
@@ -75,17 +79,19 @@ def run_test(cell, link, options, limit, show_call_output=False) -> str:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     out = _Capped(options.cell_output_kb * 1024)
     error, result, review = None, None, ""
-    link.client.request_stdout = []
-    link.expired = False
-    link.deadline = time.monotonic() + limit
-    namespace = StudentNamespace(link)
+    links = [link] + ([room.link] if room is not None and room.link is not None else [])
+    for each in links:
+        each.client.request_stdout = []
+        each.expired = False
+        each.deadline = time.monotonic() + limit
+    namespace = StudentNamespace(link, room)
     try:
         tree = ast.parse(source, filename)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) \
             and not partial.ends_silenced(source, tree.body[-1]) else None
         code = compile(tree, filename, "exec")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
-                _alarm(link, limit):
+                _alarm(links, limit):
             exec(code, namespace)
             value = None if last is None else \
                 eval(compile(ast.Expression(last.value), filename, "eval"), namespace)
@@ -116,10 +122,11 @@ def run_test(cell, link, options, limit, show_call_output=False) -> str:
         lines += traceback.format_exception_only(type(exc), exc)
         error = _error(type(exc).__name__, str(exc), [ln.rstrip("\n") for ln in lines])
     finally:
-        link.deadline = None
+        for each in links:
+            each.deadline = None
     text = out.getvalue()
     if show_call_output:
-        text = "".join(link.client.request_stdout) + text
+        text = "".join(x for each in links for x in each.client.request_stdout) + text
     if out.dropped:
         text += f"\n[output capped: {out.dropped} characters not kept]\n"
     cell.outputs = []
