@@ -5,6 +5,12 @@
   student id is ``<name>_<user id>`` (``smithann_12345``): names alone are not unique. The names
   carry no time; ``_LATE_`` says Canvas marked the file late (the submission's note
   "marked late by Canvas"; its time is then unknown: :data:`CANVAS_LATE_SOURCE`).
+  The name is the sortable name, lowercased, with what is not a word character removed: it may
+  hold ``_`` and digits (``o_brien``, ``smithann_2``), and the student's own file name may too,
+  so a name is read the way every split of it allows (:func:`canvas_splits`: the two ids are
+  Canvas's numbers, never written with a leading zero) and settled across the whole zip
+  (:meth:`Canvas.settle`). A file whose owner stays uncertain is never given to anyone: it is
+  its own rejected row, named after the file (:func:`unclaimed_id`).
 - The gradebook: Grades > Export > Export Entire Gradebook, students keyed by ``ID`` (the user
   id a student id ends with), a "Points Possible" row, a column per assignment named
   ``<name> (<assignment id>)`` (:class:`_Canvas`).
@@ -12,16 +18,86 @@
 The REST client of ``canvas pull`` / ``canvas push`` is ``lms/canvas_api.py``.
 """
 import re
+from dataclasses import dataclass
 
 from autograder.lms.base import Lms, LmsFile, register
 from autograder.lms.gradebooks import (Column, _Gradebook, _no_column, decimal_comma, number_of,
                                        trailing_number)
 from autograder.lms.table import ExportError
 
-__all__ = ["Canvas", "CANVAS_LATE_SOURCE", "CANVAS_LATE_NOTE"]
+__all__ = ["Canvas", "CANVAS_LATE_SOURCE", "CANVAS_LATE_NOTE", "canvas_splits", "unclaimed_id"]
 
 CANVAS_LATE_SOURCE = "unknown (Canvas marked it _LATE_, its file names carry no time)"
 CANVAS_LATE_NOTE = "marked late by Canvas"
+
+_ID = re.compile(r"[1-9]\d*\Z")      # a Canvas id: a number, never with a leading zero
+_TWO_IDS = re.compile(r"(?:\A|_)[1-9]\d*_[1-9]\d*(?:_|\Z)")
+
+
+@dataclass(frozen=True)
+class Split:
+    """One way to read a Canvas file name: the name, LATE, the user id, the file id, the rest."""
+    name: str
+    late: bool
+    user_id: str
+    file_no: str
+    file_id: str
+
+    @property
+    def student(self) -> str:
+        return f"{self.name}_{self.user_id}"
+
+
+def canvas_splits(base: str) -> list:
+    """Every way ``base`` (a file name of a Canvas zip) reads as
+    ``<name>_[LATE_]<user id>_<file id>_<file name>``, the shortest name first: both ids are
+    numbers without a leading zero; the name and the file name may hold ``_`` and digits."""
+    tokens, out = base.split("_"), []
+    for i in range(1, len(tokens)):
+        if i > 1 and tokens[i - 1] in ("LATE", "late"):
+            continue    # <name>_LATE_<ids>: Canvas's late mark, read with the shorter name
+        name, j = "_".join(tokens[:i]), i
+        late = tokens[j] in ("LATE", "late")
+        j += late
+        rest = "_".join(tokens[j + 2:])
+        if (name and j + 2 < len(tokens) and rest and _ID.match(tokens[j])
+                and _ID.match(tokens[j + 1])):
+            out.append(Split(name, late, tokens[j], tokens[j + 1], rest))
+    return out
+
+
+def unclaimed_id(rel: str) -> str:
+    """The row id of a file whose owner is not certain: its own name, ending so that no LMS
+    user id can be read from it."""
+    return f"{rel} (owner not certain)"
+
+
+def _settle_splits(splits: dict) -> dict:
+    """{rel: [Split]} narrowed to what the whole zip allows: a name holding two ids in a row is
+    no sortable name (it swallowed what Canvas writes after one) while another reading is left;
+    a user id has one name in one zip, and a file id belongs to one file; a file read one way
+    only settles those for the others. Returns {rel: [Split]}, one Split where it is certain."""
+    left = {}
+    for rel, found in splits.items():
+        plain = [s for s in found if not _TWO_IDS.search(s.name)]
+        left[rel] = plain or found
+    changed = True
+    while changed:
+        changed = False
+        names, files = {}, {}
+        for rel, found in left.items():
+            if len(found) == 1:
+                names.setdefault(found[0].user_id, set()).add(found[0].name)
+                files.setdefault(found[0].file_no, set()).add(rel)
+        for rel, found in left.items():
+            if len(found) < 2:
+                continue
+            kept = [s for s in found
+                    if names.get(s.user_id, {s.name}) == {s.name}
+                    and not files.get(s.file_no, set()) - {rel}]
+            if kept and len(kept) < len(found):
+                left[rel], changed = kept, True
+    return left
 
 
 class _Canvas(_Gradebook):
@@ -64,8 +140,8 @@ class _Canvas(_Gradebook):
 
 class Canvas(Lms):
     name, title = "canvas", "Canvas"
-    pattern = (r"^(?P<name>[^_/]+)_(?:(?P<late>LATE|late)_)?(?P<user_id>\d+)_(?P<file_no>\d+)_"
-               r"(?P<file_id>[^/]+)$")
+    pattern = (r"^(?P<name>[^/]+?)_(?:(?P<late>LATE|late)_)?(?P<user_id>[1-9]\d*)_"
+               r"(?P<file_no>[1-9]\d*)_(?P<file_id>[^/]+)$")
     described = "Canvas: <name>_<user id>_<file id>_<notebook>.ipynb at the top (_LATE_ allowed)"
     gradebook = _Canvas
     late_note, late_source = CANVAS_LATE_NOTE, CANVAS_LATE_SOURCE
@@ -74,6 +150,26 @@ class Canvas(Lms):
         late = bool(found.get("late"))
         return LmsFile(rel, f"{found['name']}_{found['user_id']}", found["file_id"], late=late,
                        note=self.late_note if late else "")
+
+    def settle(self, files, found, read):
+        """Each file's owner from every reading of its name the zip allows (module docstring);
+        a file left with two owners is its own row, rejected, naming the file and both."""
+        left = _settle_splits({f.rel: canvas_splits(f.rel) for f in files})
+        out = []
+        for f in files:
+            found = left.get(f.rel) or []
+            if len(found) == 1:
+                s = found[0]
+                out.append(LmsFile(f.rel, s.student, s.file_id, late=s.late,
+                                   note=self.late_note if s.late else ""))
+                continue
+            owners = " or ".join(f"{s.student} (Canvas user {s.user_id})" for s in found)
+            out.append(LmsFile(f.rel, unclaimed_id(f.rel), found[-1].file_id if found else f.file_id,
+                               problem=(f"owner not certain: Canvas file '{f.rel}' reads as "
+                                        f"{owners}; it is no one's until you decide: rename it in "
+                                        "the zip to its owner's <name>_<user id>_<file id>_<file "
+                                        "name> and grade again")))
+        return out
 
 
 register(Canvas())

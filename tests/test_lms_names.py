@@ -1,0 +1,126 @@
+"""Every upload has an owner or a rejected row (issue 52, item 3).
+
+Each LMS names the files of its downloads its own way; what a name cannot tie to one student
+is a rejected row naming the file, never a silent drop and never another student's work. Two
+rows that land on one LMS user stop export and push for that user. The tables an LMS or a
+spreadsheet writes (Moodle's worksheet, Blackboard's Grade Centre) are read by one decoder in
+every command, times keep the zone written in them.
+
+Files are shaped like each LMS's real downloads; the commands run as an instructor runs them,
+``python -m autograder ...``. Nothing here grades a notebook: the zips hold only what is
+rejected before a kernel starts, and what a name means is checked through ``collect``.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.intake.collect import collect
+from autograder.publishing.build import build
+from toy_course import ASSIGNMENT, NOTEBOOK, make_toy_course
+
+NAMES = {ASSIGNMENT: [NOTEBOOK]}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = make_toy_course(tmp_path_factory.mktemp("course"))
+    build(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def blank(course) -> bytes:
+    return nbformat.writes(nbformat.read(course / "lessons" / ASSIGNMENT / NOTEBOOK,
+                                         as_version=4)).encode()
+
+
+def tagged(data: bytes, who: str) -> bytes:
+    nb = nbformat.reads(data.decode(), as_version=4)
+    nb.metadata["uploaded_by"] = who
+    return nbformat.writes(nb).encode()
+
+
+def write_zip(path: Path, entries: dict) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    return path
+
+
+def cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``python -m autograder ARGS`` as an instructor runs it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")}
+    return subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=cwd or ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def grades(out: Path) -> dict:
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        return {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
+
+
+def owners(subs) -> dict:
+    """student id -> who uploaded the notebook it holds (its metadata), or its problem."""
+    out = {}
+    for s in subs:
+        if s.problem:
+            out[s.student] = "rejected: " + s.problem
+        else:
+            [nb] = s.notebooks
+            out[s.student] = nbformat.read(nb, as_version=4).metadata["uploaded_by"]
+    return out
+
+
+# --------------------------------------------------------------------- Canvas's file names
+
+def test_a_canvas_name_with_underscores_and_digits_keeps_its_owner(tmp_path, blank):
+    """The sortable name keeps '_' and digits; the student's own file name may hold both too.
+    A name part ending in _<digits> is never read as another user's id."""
+    entries = {
+        f"o_brien_555_666_{NOTEBOOK}": "o_brien_555",                   # '_' in the name
+        f"smithann_12345_67890_lab_3_2_{NOTEBOOK}": "smithann_12345",   # '_<n>_<n>' in the file
+        f"leeamy_2_31_{NOTEBOOK}": "leeamy_2",                          # user 2
+        f"annsmith_2_901_902_{NOTEBOOK}": "annsmith_2_901",             # name ends in _2
+        f"kim_LATE_77_88_01_{NOTEBOOK}": "kim_77",
+    }
+    zpath = write_zip(tmp_path / "submissions.zip", {k: tagged(blank, v) for k, v in entries.items()})
+    got = owners(collect(zpath, [ASSIGNMENT], tmp_path / "u", NAMES))
+    assert got == {v: v for v in entries.values()}
+
+
+def test_a_canvas_name_no_reading_settles_is_a_rejected_row_naming_the_file(tmp_path, blank):
+    """'smith_2_12345_67890_toy.ipynb' is Smith (user 2, file 12345, 67890_toy.ipynb) or
+    Smith_2 (user 12345): nothing in the zip says which; it is no one's, and says so."""
+    name = f"smith_2_12345_67890_{NOTEBOOK}"
+    zpath = write_zip(tmp_path / "submissions.zip", {name: tagged(blank, "smith_2_12345")})
+    [sub] = collect(zpath, [ASSIGNMENT], tmp_path / "u", NAMES)
+    assert sub.student == f"{name} (owner not certain)"
+    assert "owner not certain" in sub.problem and name in sub.problem
+    assert "smith_2 (Canvas user 2)" in sub.problem and "smith_2_12345 (Canvas user 12345)" in sub.problem
+
+
+def test_canvas_names_through_grade(course, tmp_path):
+    """grade's table and grades.csv: the honest 'o_brien' (a PDF only) is a rejected row naming
+    the PDF, the uncertain file a rejected row naming the file; no row for user 2."""
+    zpath = write_zip(tmp_path / "submissions.zip", {
+        "o_brien_555_666_report.pdf": b"%PDF-1.4",
+        f"smith_2_12345_67890_{NOTEBOOK}": b"{}"})
+    out = tmp_path / "out"
+    run = cli("--course", course, "grade", zpath, "--out", out, "--no-progress")
+    rows = grades(out)
+    assert set(rows) == {("o_brien_555", ASSIGNMENT),
+                         (f"smith_2_12345_67890_{NOTEBOOK} (owner not certain)", ASSIGNMENT)}, (
+        run.stdout, run.stderr)
+    pdf = rows[("o_brien_555", ASSIGNMENT)]["status"]
+    assert pdf.startswith("rejected: no .ipynb file") and "report.pdf" in pdf
+    unsure = rows[(f"smith_2_12345_67890_{NOTEBOOK} (owner not certain)", ASSIGNMENT)]["status"]
+    assert unsure.startswith("rejected: owner not certain")
+    assert "smith_2_12345_67890_toy.ipynb" in run.stdout
