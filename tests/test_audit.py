@@ -5,7 +5,10 @@ can change its report. autograder.engine.audit reads the submitted cells in the 
 These tests hold it to the attacks of the issue (built in tests/corpus/build_corpus.py, which the
 grader corpus also grades end to end) and to every answer the course already has: no solution,
 demo student or lesson cell is flagged, and the demo students that call the library op are the
-ones it names.
+ones it names. Issue 51: what the reading cannot follow (exec, inspect, magics, a library's
+flags) is seen but never holds a notebook; only the library's code run as the student's and the
+grader's own machinery do, and a loop fails a "no loop" rule only when it certainly runs over the
+sequence (tests/test_honest_class.py grades an honest class end to end).
 """
 import copy
 import json
@@ -54,20 +57,29 @@ def test_the_issues_attacks_are_caught_by_reading(l01):
     assert "mlexp.ops.linear_attention" in swap.forbidden["test_recurrent_form"]
     assert swap.forbidden["test_recurrent_form"].startswith("Hint: this exercise asks you to write it yourself")
     assert any("replaces mlexp.rules.Trace" in what for _, what in swap.dynamic)
+    assert any("replaces mlexp.rules.Trace, a name of the grader's rule watch" in what for _, what in swap.machinery)
     # the library's source read with inspect and run through exec under another file name
     execs = found["l01_execs_library_source"]
     said = " ".join(what for _, what in execs.dynamic)
     assert "inspect" in said and "exec" in said and "compile" in said
-    # the library's function pasted under other names, no comment or docstring
+    assert [what for _, what, _ in execs.copies] == [
+        "the code of mlexp.ops.linear._recurrent, read with inspect.getsource"]
+    # the library's function pasted under other names, no comment or docstring: held, named as
+    # such, with the exercise whose function is made of it
     paste = found["l01_pastes_library"]
-    assert [what for _, what in paste.copies] == ["_scan is the code of mlexp.ops.linear._recurrent"]
+    assert [(what, test) for _, what, test in paste.copies] == [
+        ("_scan is the code of mlexp.ops.linear._recurrent", "test_recurrent_form")]
     assert not paste.forbidden and not paste.dynamic
+    assert "'test_recurrent_form'" in paste.review() and "_scan is the code of" in paste.review()
     # the report scrubbed on its way out while the swapped watcher runs, both put back at the end
     scrub = found["l01_rewrites_the_report"]
     assert list(scrub.forbidden) == ["test_recurrent_form"]
     assert any("IPython's shell" in what for _, what in scrub.dynamic)
-    for audit in found.values():
-        assert audit.reasons(), "each attack is held for a person to look at"
+    assert any("ip.display_pub.publish" in what for _, what in scrub.machinery)
+    for student, audit in found.items():
+        assert audit.reasons() or audit.forbidden, f"{student}: each attack fails its rule or is held"
+    assert all(found[s].reasons() for s in ("l01_swaps_trace", "l01_execs_library_source",
+                                            "l01_pastes_library", "l01_rewrites_the_report"))
 
 
 @pytest.mark.parametrize("answer, reached", [
@@ -112,11 +124,16 @@ def test_a_forbidden_module_reached_by_any_name_fails_the_rule(l01, answer, reac
      "    return globals()['linear' + '_attention'](q, k, v, normalize=normalize)[0]", "by string (globals())"),
     ("from mlexp.ops import *", "imports every name of mlexp.ops"),
 ])
-def test_code_the_grader_cannot_read_is_flagged(l01, code, said):
+def test_code_the_grader_cannot_read_is_seen_and_held_only_for_the_graders_machinery(l01, code, said):
+    """Seen (Audit.dynamic); held only where it names the grader's own machinery: the rules'
+    watch, the kernel's messaging, IPython's display publisher or message session (issue 51)."""
     lesson, _, good = l01
     audit = audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson))
     assert any(said in what for _, what in audit.dynamic), audit.dynamic
-    assert "cannot be trusted" in audit.review()
+    machinery = any(m in code for m in ("mlexp.rules", "display_pub", "kernel.session", "ipykernel"))
+    assert bool(audit.review()) == machinery, (code, audit.review())
+    if machinery:
+        assert "the grader's own machinery" in audit.review() and "In [" in audit.review()
 
 
 def test_dynamic_code_in_a_lesson_without_rules_is_not_flagged():
@@ -138,6 +155,7 @@ def test_lesson_cells_count_as_the_lessons_even_from_another_edition(l01):
     assert lesson_key(setup.source) in {lesson_key(s) for s in lesson_code(lesson)}
     assert audit_notebook(nb, lesson_code(lesson)).reasons() == []
     assert audit_notebook(nb, ()).dynamic, "read as the student's, the setup cell's importlib is seen"
+    assert audit_notebook(nb, ()).reasons() == [], "and never held: it is what the course wrote"
 
 
 def test_no_answer_of_the_course_is_flagged():
@@ -186,6 +204,7 @@ def test_the_audit_outranks_the_kernel(l01):
     assert failed == ["test_recurrent_form"]
     assert by_id["test_recurrent_form"].outputs[-1].evalue == audit.forbidden["test_recurrent_form"]
     assert report["review"] == audit.reasons() and report["review"]
+    assert "replaces mlexp.rules.Trace" in report["review"][0] and "In [" in report["review"][0]
     apply_audit(None, report, audit)      # nothing came back: the reasons still stand, once
     assert report["review"] == audit.reasons()
 
@@ -306,28 +325,37 @@ LOOPED = {
         "        A = q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-1, -2)\n"
         "        o = A @ v[:, :, :t + 1]\n        out.append(o / A.sum(-1, keepdim=True) if normalize else o)\n"
         "    return torch.cat(out, 2)",
-    "a comprehension in a helper": "def step(q, k, v, t):\n    A = q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-1, -2)\n"
+    "a comprehension over T from an unpacking": "def step(q, k, v, t):\n"
+        "    A = q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-1, -2)\n"
         "    return A @ v[:, :, :t + 1] / A.sum(-1, keepdim=True)\n"
-        "def parallel_linear_attention(q, k, v, normalize=True):\n"
-        "    return torch.cat([step(q, k, v, t) for t in range(q.shape[2])], 2)",
-    "recursion": "def parallel_linear_attention(q, k, v, normalize=True):\n    if q.shape[2] == 0:\n        return v\n"
-        "    head = parallel_linear_attention(q[:, :, :-1], k[:, :, :-1], v[:, :, :-1], normalize)\n"
-        "    A = q[:, :, -1:] @ k.transpose(-1, -2)\n    return torch.cat([head, A @ v / A.sum(-1, keepdim=True)], 2)",
-    "functools.reduce": "import functools\ndef parallel_linear_attention(q, k, v, normalize=True):\n"
+        "def parallel_linear_attention(q, k, v, normalize=True):\n    B, H, T, D = q.shape\n"
+        "    return torch.cat([step(q, k, v, t) for t in range(T)], 2)",
+    "a while to the length": "def parallel_linear_attention(q, k, v, normalize=True):\n    n = q.size(-2)\n"
+        "    t, out = 0, []\n    while t < n:\n        out.append(v[:, :, t])\n        t += 1\n"
+        "    return torch.stack(out, 2)",
+    "tokens unbound": "def parallel_linear_attention(q, k, v, normalize=True):\n"
+        "    return torch.stack([x * 2 for x in v.unbind(dim=2)], 2)",
+    "chunks derived from T": "def parallel_linear_attention(q, k, v, normalize=True):\n    T = q.shape[-2]\n"
+        "    n = (T + 3) // 4\n    for c in range(n):\n        pass\n    return v",
+    "functools.reduce over the tokens": "import functools\ndef parallel_linear_attention(q, k, v, normalize=True):\n"
         "    return functools.reduce(lambda acc, t: acc, range(q.shape[2]), q)",
 }
 
 
 @pytest.mark.parametrize("code", list(LOOPED.values()), ids=list(LOOPED))
-def test_a_loop_behind_a_no_loop_rule_is_flagged_when_its_test_passes(l01, code):
-    """A "no loop over the sequence" rule is judged by the watch in the student's kernel; a loop
-    in the source (any that the source does not fix the length of) holds a passed test for review."""
+def test_a_loop_certain_to_run_over_the_sequence_fails_the_no_loop_rule(l01, code):
+    """A loop whose range is the sequence's length (or computed from it) in the function a "no
+    loop over t" rule names: that test fails with the rule's hint, whatever the kernel said; a
+    test that already failed keeps its own error; nothing is held for review."""
     lesson, _, good = l01
     nb = with_answer(good, code, "parallel_form")
     audit = audit_notebook(nb, lesson_code(lesson))
-    assert list(audit.loops) == ["test_parallel_form"] and "parallel_linear_attention (cell" in audit.loops[
-        "test_parallel_form"], audit
-    assert audit.reasons() == []        # nothing to say before the verdict is known
+    assert list(audit.loops) == ["test_parallel_form"], audit
+    hint = audit.loops["test_parallel_form"]
+    assert hint.startswith("Hint: this exercise asks you to write it yourself without a Python loop over t: "
+                           "parallel_linear_attention loops over the sequence"), hint
+    assert "your In [" in hint and "line " in hint
+    assert audit.reasons() == []
     for failed in (False, True):
         executed = copy.deepcopy(nb)
         for cell in executed.cells:
@@ -336,9 +364,9 @@ def test_a_loop_behind_a_no_loop_rule_is_flagged_when_its_test_passes(l01, code)
                                 if failed else nbformat.v4.new_output("stream", name="stdout", text="ok\n")]
         report = {"review": []}
         apply_audit(executed, report, audit)
-        said = [r for r in report["review"] if "test_parallel_form" in r]
-        assert said == ([] if failed else [said[0]]), report
-        assert failed or "no loop over the sequence" in said[0] and "once per token" in said[0]
+        assert report["review"] == []
+        test = next(c for c in executed.cells if grade_id_of(c) == "test_parallel_form")
+        assert test.outputs[-1].evalue == ("Hint: x" if failed else hint)
 
 
 @pytest.mark.parametrize("code", [
@@ -349,7 +377,31 @@ def test_a_loop_behind_a_no_loop_rule_is_flagged_when_its_test_passes(l01, code)
     "        A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True) if normalize else A @ v",
     "def parallel_linear_attention(q, k, v, normalize=True):\n    for i, x in enumerate([q, k]):\n        pass\n"
     "    A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True) if normalize else A @ v",
-], ids=["generator over (q, k)", "range(1)", "enumerate of a list"])
-def test_loops_of_a_fixed_length_are_not_flagged(l01, code):
+    "def parallel_linear_attention(q, k, v, normalize=True):\n    B, H, T, D = q.shape\n    outs = []\n"
+    "    for h in range(H):\n        A = (q[:, h] @ k[:, h].transpose(-1, -2)).tril()\n"
+    "        outs.append(A @ v[:, h] / A.sum(-1, keepdim=True) if normalize else A @ v[:, h])\n"
+    "    return torch.stack(outs, 1)",
+    "def one(q, k, v):\n    A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True)\n"
+    "def parallel_linear_attention(q, k, v, normalize=True):\n"
+    "    return torch.stack([one(q[b], k[b], v[b]) for b in range(q.shape[0])])",
+    "SEEN = []\ndef parallel_linear_attention(q, k, v, normalize=True):\n    SEEN.append(q.shape)\n"
+    "    A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True) if normalize else A @ v",
+    "def parallel_linear_attention(q, k, v, normalize=True):\n    for d in range(q.shape[-1]):\n        pass\n"
+    "    A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True) if normalize else A @ v",
+], ids=["generator over (q, k)", "range(1)", "enumerate of a list", "over heads", "over the batch in a helper",
+        "appends to a module-level list", "over the features"])
+def test_loops_not_over_the_sequence_are_not_flagged(l01, code):
     lesson, _, good = l01
-    assert audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson)).loops == {}
+    audit = audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson))
+    assert audit.loops == {} and audit.reasons() == [], audit
+
+
+def test_cells_are_numbered_as_the_student_sees_them(l01):
+    """In [n]: the position among non-empty code cells (the execution count the harness gives),
+    never counting markdown cells."""
+    lesson, _, good = l01
+    nb = with_answer(good, "from mlexp.ops import linear_attention as la\n" + D + CALL)
+    code_cells = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    n = next(i for i, c in enumerate(code_cells, start=1) if grade_id_of(c) == "recurrent_form")
+    assert n != next(i for i, c in enumerate(nb.cells, start=1) if grade_id_of(c) == "recurrent_form")
+    assert f"(your In [{n}])" in audit_notebook(nb, lesson_code(lesson)).forbidden["test_recurrent_form"]

@@ -1,11 +1,11 @@
-"""The exercise rules read from the student's source, on the grader's side (issue 39).
+"""The exercise rules read from the student's source, on the grader's side (issues 39 and 51).
 
 A lesson's test may state a rule: ``rules.write_it_yourself(fn, ..., forbid=("mlexp.ops",))``
 (the answer must not use that library module), and ``rules.no_loop`` / ``rules.bounded`` with
-the same ``forbid``. :mod:`mlexp.rules` checks them by watching ``fn`` run, inside the student's
-kernel, where the student's own code could change what the watch reports. This module reads
-the notebook's source instead, in the grader's process, before anything runs, so no code of the
-student's can change its verdict:
+the same ``forbid``. The graded calls of a ruled function run in a room where the forbidden
+modules do not exist (autograder.engine.room), so whatever route the student's code takes to the
+library finds nothing there. This module reads the notebook's source, in the grader's process,
+before anything runs, for what only the source can tell, and for nothing else:
 
 - **A forbidden module reached by name.** For each ruled function, the definitions it is made of
   (its ``def`` or assignment and, in turn, every function, class or name of the notebook's it
@@ -13,24 +13,29 @@ student's can change its verdict:
   ``from ... import`` under any alias, attribute chains (``mlexp.ops.linear_attention``),
   ``getattr`` with a constant name, and the library's own re-exports (read from its source
   files, never imported). Found: the test fails with the rule's hint, whatever the kernel said.
-- **Code the grader cannot read before it runs** (anywhere in the student's cells): ``exec``,
-  ``eval``, ``compile``, ``__import__``, ``vars``; ``getattr``/``setattr``/``delattr`` with a
-  computed name or on a module; modules that load or rewrite code (``importlib``, ``inspect``,
-  ``ctypes``, ``types``, ``marshal``, ``pickle``, ``gc``, ``builtins``, ...); ``sys.modules``,
-  ``sys.settrace``/``setprofile``/``_getframe`` and ``torch._C``; assignments to or deletions of a
-  library's names (``mlexp.rules.Trace = ...``, ``torch.matmul = ...``); dunder attributes that
-  reach code or namespaces (``__globals__``, ``__code__``, ``__dict__``, ``__builtins__``, ...);
-  IPython magics and shell commands other than ``%time``/``%timeit``/``%%capture`` (whose code is
-  read as the cell's); and importing a module the grader's environment does not have (a file the
-  notebook wrote). Found: the submission is flagged for a person's review, naming the cell and
-  what it does, since a rule's verdict can no longer be trusted; the points are not changed here.
+- **A loop certain to run over the sequence** in the function a "no loop over t" rule names
+  (``for t in range(T)`` with ``T = q.shape[2]``, a tensor unbound along the tokens:
+  :func:`autograder.engine.audit_code.sequence_loops`): that test fails with the rule's hint. A
+  loop over heads, the batch or a fixed range is never one; what the reading is not sure of is
+  the rule's watch's to judge.
+- **The course library's own code run as the student's**: a library function pasted (renamed,
+  its comments gone) into what a ruled function is made of, in code given to ``exec`` as text,
+  or the library's source read with ``inspect.getsource`` (:mod:`autograder.engine.copies`):
+  the submission is held for review, the reason naming the function and the exercise.
+- **The grader's own machinery named in the source**: a name of the rules' watch replaced
+  (``mlexp.rules.Trace = ...``), the kernel's messaging imported, IPython's display publisher or
+  message session replaced (:func:`autograder.engine.audit_code.machinery_touched`): held.
+
+What the code does that the reading cannot follow (``exec``, ``importlib``, ``inspect``, magics,
+shell commands, a library's flags: :func:`autograder.engine.audit_code.dynamic_code`) is kept in
+:attr:`Audit.dynamic` as what was seen, and never holds a submission: an honest notebook does all
+of these, and the room and the watch judge the rules where the code runs.
 
 Only the student's cells are read: every code cell that is not a test cell and whose source is
 not one of the lesson's own cells (``lesson_code``: the released notebook's code cells and the
 earlier versions the course's git history holds). A cell that does not parse is skipped: it
-cannot run either. What this does not catch: names reached through a value the source does not
-spell (an object passed in from a lesson cell that holds a library function), and anything a
-C extension does; those stay with the in-kernel watch and its tamper report.
+cannot run either. Cells are numbered as the student sees them: ``In [n]``, the position among
+the notebook's non-empty code cells, which is the execution count the harness gives each cell.
 """
 from __future__ import annotations
 
@@ -41,9 +46,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from autograder.cells import grade_id_of, is_test_cell
-from autograder.engine.audit_code import code_in_strings, dynamic_code, loops
+from autograder.engine.audit_code import code_in_strings, dynamic_code, machinery_touched, sequence_loops
 from autograder.engine.audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
-from autograder.engine.copies import copied_library_code
+from autograder.engine.copies import copied_library_code, library_source_read
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 
@@ -51,34 +56,40 @@ RULES = ("write_it_yourself", "in_time", "no_loop", "bounded", "summed_work", "c
 RULE_HINT = "this exercise asks you to write it yourself"      # as mlexp.rules says it
 @dataclass
 class Audit:
-    """What the source says: ``forbidden`` {test grade id: the hint its test fails with};
-    ``loops`` {test grade id: the loop found in the function its "no loop over the sequence"
-    rule names}, for review when that test passes; ``dynamic`` [(cell number, what the code
-    does)], for review; ``read`` cells read."""
+    """What the source says: ``forbidden`` {test grade id: the hint its test fails with: a
+    forbidden module reached}; ``loops`` {test grade id: the hint its test fails with: a loop
+    certain to run over the sequence}; ``copies`` [(cell, what, test grade id or "")] the
+    library's code run as the student's, and ``machinery`` [(cell, what)] the grader's own
+    machinery touched, both held for review; ``dynamic`` [(cell, what)] what the reading could
+    not follow (never held); ``read`` cells read. Cells are ``In [n]`` numbers."""
     forbidden: dict = field(default_factory=dict)
     loops: dict = field(default_factory=dict)
     dynamic: list = field(default_factory=list)
     copies: list = field(default_factory=list)
+    machinery: list = field(default_factory=list)
     read: int = 0
 
     def reasons(self) -> list:
-        """The reasons a person should look ([] when the source hides nothing)."""
+        """The reasons a person should look ([] for an honest notebook)."""
         out = []
-        if self.dynamic:
-            shown = "; ".join(f"cell {n}: {what}" for n, what in self.dynamic[:4])
-            more = f" and {len(self.dynamic) - 4} more" if len(self.dynamic) > 4 else ""
-            out.append(f"the notebook's code does what the grader cannot check before it runs ({shown}"
-                       f"{more}): an exercise rule's verdict (a library op forbidden, no loop, a size "
-                       "bound) cannot be trusted, so check the points those rules guard")
         if self.copies:
-            shown = "; ".join(f"cell {n}: {what}" for n, what in self.copies[:4])
+            shown = "; ".join(f"{what} (your In [{n}]" + (f", exercise '{test}')" if test else ")")
+                              for n, what, test in self.copies[:4])
             more = f" and {len(self.copies) - 4} more" if len(self.copies) > 4 else ""
-            out.append(f"the notebook runs the course library's own code as the student's ({shown}{more}): "
-                       "check the points of the exercises that ask for it to be written by hand")
+            tests = sorted({t for _, _, t in self.copies if t})
+            out.append(f"the notebook runs the course library's own code as the student's: {shown}{more}; "
+                       + (f"check the points of {', '.join(repr(t) for t in tests)}, which asks for it to "
+                          "be written by hand" if tests else
+                          "check the points of the exercises that ask for it to be written by hand"))
+        if self.machinery:
+            shown = "; ".join(f"your In [{n}] {what}" for n, what in self.machinery[:4])
+            more = f" and {len(self.machinery) - 4} more" if len(self.machinery) > 4 else ""
+            out.append(f"the notebook's code touches the grader's own machinery ({shown}{more}): check the "
+                       "points of the exercises with a rule")
         return out
 
     def review(self) -> str:
-        """The reasons a person should look, as one line, or "" when the source hides nothing."""
+        """The reasons a person should look, as one line, or "" for an honest notebook."""
         return "; ".join(self.reasons())
 
 
@@ -231,15 +242,17 @@ def _rules_of(test_source: str) -> list:
 def audit_notebook(nb, lesson_code=()) -> Audit:
     """Read ``nb`` (the notebook as it is graded: its test cells are the release's) and say what
     its source shows (:class:`Audit`). ``lesson_code``: sources of the lesson's own code cells,
-    which are not the student's and are not read for dynamic code (their imports still count)."""
+    which are not the student's and are not read for what they do (their imports still count)."""
     lesson = {lesson_key(s) for s in lesson_code}
     names, bindings, student, rules = _Names(), Bindings(), [], {}
-    for number, cell in enumerate(nb.cells, start=1):
-        if cell.cell_type != "code":
+    number = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code" or not cell.source.strip():
             continue
+        number += 1          # In [number]: the execution count the harness gives this cell
         if is_test_cell(cell):
             for rule in _rules_of(cell.source):
-                rules.setdefault(grade_id_of(cell) or f"cell {number}", []).append((number, *rule))
+                rules.setdefault(grade_id_of(cell) or f"In [{number}]", []).append((number, *rule))
             continue
         tree = _parse(cell.source)
         if tree is None:
@@ -253,12 +266,24 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
     out = Audit(read=len({n for _, n in student}))
     if not rules:            # no rule to protect: what the code does is the tests' to judge
         return out
+    student_cells = {n for _, n in student}
+    made_of = {}             # test grade id -> names its ruled functions are made of
+    for grade_id, found in rules.items():
+        for test_cell, fn, *_ in found:
+            made_of.setdefault(grade_id, set()).update(
+                name for name, _ in _closure(fn, test_cell, bindings, student_cells))
     for tree, number in student:
         out.dynamic.extend((number, what) for what in dynamic_code(tree, names)
                            if (number, what) not in out.dynamic)
-        out.copies.extend((number, what) for what in copied_library_code(tree)
-                          if (number, what) not in out.copies)
-    student_cells = {n for _, n in student}
+        out.machinery.extend((number, what) for what in machinery_touched(tree, names)
+                             if (number, what) not in out.machinery)
+        pasted = [(what, what.split(" is the code of ")[0]) for what in copied_library_code(tree)]
+        pasted += [(what, "") for what in library_source_read(tree, names.dotted)]
+        in_exec = set(copied_library_code(tree, exec_only=True))
+        for what, fn in pasted:
+            test = next((g for g, made in made_of.items() if fn and fn in made), "")
+            if (test or not fn or what in in_exec) and not any(w == what for _, w, _ in out.copies):
+                out.copies.append((number, what, test))
     for grade_id, found in rules.items():
         for test_cell, fn, forbid, instead, rule, over in found:
             hint = _forbidden_use(fn, test_cell, forbid, instead, bindings, student_cells)
@@ -267,7 +292,8 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
             if rule == "no_loop" and over == "t" and grade_id not in out.loops:
                 loop = _loop_in(fn, test_cell, bindings, student_cells)
                 if loop:
-                    out.loops[grade_id] = loop
+                    out.loops[grade_id] = (f"Hint: {RULE_HINT} without a Python loop over t: {loop}. "
+                                           + (instead or "Use whole-tensor operations over the sequence") + ".")
     return out
 
 
@@ -287,16 +313,16 @@ def _closure(fn, test_cell, bindings: Bindings, student_cells):
 
 
 def _loop_in(fn, test_cell, bindings: Bindings, student_cells) -> str:
-    """The first loop (or recursion) in what ``fn`` is made of, in words, or "": a "no loop over
-    the sequence" rule is judged by the watch in the student's kernel, and a loop in the source
-    is what that verdict would have to be trusted on."""
-    for name, b in _closure(fn, test_cell, bindings, student_cells):
-        found = loops(b.node)
-        if isinstance(b.node, FUNCTIONS) and any(n.id == name for n in free_loads(b.node)):
-            found.append((b.node.lineno, f"{name} calls itself"))
-        if found:
-            line, what = min(found)
-            return f"{fn} (cell {b.cell}, line {line}: {what})"
+    """The first loop of ``fn``'s own ``def`` (as the test in ``test_cell`` finds it) that is
+    certain to run over the sequence, in words, or "" (:func:`sequence_loops`: never a loop over
+    heads, the batch or a fixed range, never a list it appends to)."""
+    for b in bindings.at(fn, test_cell):
+        if b.cell in student_cells and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and b.node.name == fn:
+            found = sequence_loops(b.node)
+            if found:
+                line, what = found[0]
+                return f"{fn} loops over the sequence ({what}: your In [{b.cell}], line {line})"
     return ""
 
 
@@ -307,7 +333,7 @@ def _forbidden_use(fn, test_cell, forbid, instead, bindings: Bindings, student_c
     if not hit:
         return ""
     what, cell = hit
-    return (f"Hint: {RULE_HINT}: {fn} uses {what} (your cell {cell}). "
+    return (f"Hint: {RULE_HINT}: {fn} uses {what} (your In [{cell}]). "
             + (instead or f"Write it without {', '.join(forbid)}") +
             "; the library is only the reference the test checks against.")
 
@@ -353,25 +379,21 @@ def lesson_key(source: str) -> str:
 def apply_audit(nb, report: dict, audit: Audit) -> None:
     """Put ``audit``'s verdicts into an executed notebook and its harness report (in place).
 
-    Each test cell whose rule the source breaks fails with the rule's hint, whatever the kernel
-    said (a test that already failed keeps its own error: it scores nothing either way); the
-    reasons for a person to look go under ``report["review"]``, so the submission is held for
-    review (and kept out of an LMS export until someone decides). ``nb`` None (nothing came
-    back from the harness) takes only the reasons."""
+    Each test cell whose rule the source breaks (a forbidden module reached, a loop certain to
+    run over the sequence) fails with the rule's hint, whatever the kernel said (a test that
+    already failed keeps its own error: it scores nothing either way); the reasons for a person
+    to look (the library's code run as the student's, the grader's machinery touched) go under
+    ``report["review"]``, so the submission is held for review. ``nb`` None (nothing came back
+    from the harness) takes only the reasons."""
     import nbformat
-    if nb is not None:
-        for cell in nb.cells:
-            hint = audit.forbidden.get(grade_id_of(cell)) if is_test_cell(cell) else None
-            if not hint or any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-                continue
-            cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
-            cell.outputs.append(nbformat.v4.new_output("error", ename="AssertionError", evalue=hint,
-                                                       traceback=[f"AssertionError: {hint}"]))
+    for cell in nb.cells if nb is not None else ():
+        if not is_test_cell(cell):
+            continue
+        hint = audit.forbidden.get(grade_id_of(cell)) or audit.loops.get(grade_id_of(cell))
+        if not hint or any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            continue
+        cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
+        cell.outputs.append(nbformat.v4.new_output("error", ename="AssertionError", evalue=hint,
+                                                   traceback=[f"AssertionError: {hint}"]))
     review = report.setdefault("review", [])
     review.extend(r for r in audit.reasons() if r not in review)
-    for cell in nb.cells if nb is not None else ():
-        loop = audit.loops.get(grade_id_of(cell)) if is_test_cell(cell) else None
-        if loop and not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-            review.append(f"test '{grade_id_of(cell)}' passed its rule (no loop over the sequence) on the word "
-                          f"of the watch inside the student's kernel, and the source has a loop: {loop}. "
-                          "Check that it does not run once per token")

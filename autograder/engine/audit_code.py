@@ -14,7 +14,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["dynamic_code", "code_in_strings", "DYNAMIC_MODULES", "CODE_CALLS"]
+__all__ = ["dynamic_code", "code_in_strings", "sequence_loops", "machinery_touched", "DYNAMIC_MODULES",
+           "CODE_CALLS"]
 
 DYNAMIC_CALLS = {"exec": "runs code from a string (exec)", "eval": "runs code from a string (eval)",
                  "compile": "compiles code from a string (compile)",
@@ -242,42 +243,171 @@ def dynamic_code(tree, names) -> list:
     return said
 
 
+# The grader's own machinery as the notebook's source can name it: the rules' watch (its module
+# objects are what the in-kernel rules report with), and the kernel's messaging, which carries
+# the grader's channel (ipykernel, jupyter_client, zmq, comm) and its replies (IPython's display
+# publisher, the kernel's message session).
+WATCH_MODULES = ("mlexp.rules",)           # mlexp.rules and mlexp.rules_sight
+CHANNEL_MODULES = {"ipykernel", "jupyter_client", "zmq", "comm"}
+CHANNEL_PARTS = ("display_pub", "kernel.session")
+
+
+def machinery_touched(tree, names) -> list:
+    """What the code does to the grader's own machinery (never what an honest answer does):
+    replacing or deleting a name of the rules' watch (``mlexp.rules.Trace = ...``, ``setattr``,
+    ``sys.modules['mlexp.rules'] = ...``), importing the kernel's messaging, or replacing the
+    parts of IPython's shell that the grader's replies leave through."""
+    said = []
+
+    def say(what):
+        if what not in said:
+            said.append(what)
+
+    def watch(dotted):
+        return dotted.startswith(WATCH_MODULES)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if not node.level else []
+            for m in mods:
+                if m.split(".")[0] in CHANNEL_MODULES:
+                    say(f"imports {m}, the kernel's own messaging, which carries the grader's channel")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = list(node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target])
+            while any(isinstance(t, (ast.Tuple, ast.List, ast.Starred)) for t in targets):
+                targets = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List))
+                                                        else [t.value] if isinstance(t, ast.Starred) else [t])]
+            verb = "deletes" if isinstance(node, ast.Delete) else "replaces"
+            for sub in targets:
+                if isinstance(sub, ast.Attribute) and watch(names.dotted(sub)):
+                    say(f"{verb} {names.dotted(sub)}, a name of the grader's rule watch")
+                elif isinstance(sub, ast.Attribute) and any(p in ast.unparse(sub) for p in CHANNEL_PARTS):
+                    say(f"{verb} {ast.unparse(sub)[:60]}, part of IPython's shell through which the grader's "
+                        "replies leave the kernel")
+                elif isinstance(sub, ast.Subscript) and names.dotted(sub.value) == "sys.modules" and \
+                        isinstance(sub.slice, ast.Constant) and watch(str(sub.slice.value)):
+                    say(f"{verb} sys.modules[{sub.slice.value!r}], the grader's rule watch")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("setattr", "delattr") and node.args and watch(names.dotted(node.args[0])):
+            say(f"changes {names.dotted(node.args[0])} with {node.func.id}, the grader's rule watch")
+    return said
+
+
 # Calls that run a function once per item of what they are given: a loop written as a call.
 LOOPING_CALLS = {"map", "filter", "reduce", "functools.reduce", "itertools.accumulate", "accumulate",
-                 "itertools.starmap", "starmap", "apply_", "map_", "map2_"}
+                 "itertools.starmap", "starmap"}
+SEQUENCE_DIM = 2        # the course's tensors are (B, H, T, ...): the tokens are dimension 2
+TENSOR_ARGS = 3         # the first three arguments of a ruled kernel are (B, H, T, D) tensors
 
 
-def _fixed_length(node) -> bool:
-    """An iterable whose length the source fixes: a literal tuple, list or set (``for x in (q, k,
-    v)``), ``range`` of constants, or ``zip``/``enumerate`` of such."""
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return not any(isinstance(e, ast.Starred) for e in node.elts)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        if node.func.id == "range":
-            return bool(node.args) and all(isinstance(a, ast.Constant) for a in node.args)
-        if node.func.id in ("zip", "enumerate", "reversed") and node.args:
-            return all(_fixed_length(a) for a in node.args[:1 if node.func.id != "zip" else None])
-    return False
+class _Sequence:
+    """What in one function is certainly the sequence's length: ``X.shape[2]``, ``X.size(2)``
+    (and ``-2`` of a four-dimensional ``X``, ``-1`` of a three-dimensional one), the third name
+    of ``B, H, T, D = X.shape``, and every local name computed from one of them (``T = q.shape[2]``,
+    ``n = (T + C - 1) // C``). The rank of a tensor is known from an unpacking of its shape or,
+    for the function's first three parameters (q, k, v in every ruled kernel), is four."""
+
+    def __init__(self, fn):
+        args = fn.args.posonlyargs + fn.args.args
+        self.rank = {a.arg: 4 for a in args[:TENSOR_ARGS]}
+        self.names = set()
+        assigns = [n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                   and n.value is not None]
+        for node in assigns:          # ranks first: `B, H, T = g.shape` says g has three dimensions
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+            if isinstance(target, ast.Tuple) and self._shape_of(node.value) and                     not any(isinstance(e, ast.Starred) for e in target.elts):
+                self.rank[self._shape_of(node.value)] = len(target.elts)
+        for _ in range(4):            # names computed from names computed from the length
+            for node in assigns:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Tuple) and self._shape_of(node.value):
+                        elts = target.elts
+                        if len(elts) > SEQUENCE_DIM and isinstance(elts[SEQUENCE_DIM], ast.Name):
+                            self.names.add(elts[SEQUENCE_DIM].id)
+                    elif isinstance(target, ast.Name) and self.derived(node.value):
+                        self.names.add(target.id)
+
+    @staticmethod
+    def _shape_of(node) -> str:
+        """The name whose shape ``node`` is (``q.shape``, ``q.size()``), or ""."""
+        if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "size":
+            node = node.func
+        elif isinstance(node, ast.Attribute) and node.attr == "shape":
+            pass
+        else:
+            return ""
+        return node.value.id if isinstance(node.value, ast.Name) else ""
+
+    def _is_length(self, node) -> bool:
+        """``node`` is the size of a tensor's sequence dimension."""
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and \
+                node.value.attr == "shape" and isinstance(node.value.value, ast.Name):
+            name, index = node.value.value.id, node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "size" \
+                and isinstance(node.func.value, ast.Name) and (node.args or node.keywords):
+            name, index = node.func.value.id, node.args[0] if node.args else node.keywords[0].value
+        else:
+            return False
+        try:
+            i = ast.literal_eval(index)
+        except (ValueError, TypeError, SyntaxError):
+            return False
+        if not isinstance(i, int):
+            return False
+        return i == SEQUENCE_DIM or (i < 0 and name in self.rank and self.rank[name] + i == SEQUENCE_DIM)
+
+    def derived(self, node) -> bool:
+        """``node`` is computed from the sequence's length."""
+        return any(self._is_length(n) or (isinstance(n, ast.Name) and n.id in self.names)
+                   for n in ast.walk(node))
+
+    def over(self, node) -> bool:
+        """Iterating ``node`` takes one turn per token (or per chunk of tokens): ``range`` of the
+        length, a tensor split or unbound along the sequence, ``zip``/``enumerate``/``reversed``
+        of one of those."""
+        if not isinstance(node, ast.Call):
+            return False
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "range":
+            return any(self.derived(a) for a in node.args)
+        if isinstance(f, ast.Name) and f.id in ("zip", "enumerate", "reversed", "list", "tuple", "iter"):
+            return any(self.over(a) for a in node.args[:None if f.id == "zip" else 1])
+        if isinstance(f, ast.Attribute) and f.attr in ("unbind", "split"):
+            tensor = f.value.id if isinstance(f.value, ast.Name) else ""
+            dim = [k.value for k in node.keywords if k.arg == "dim"] or \
+                node.args[1 if f.attr == "split" else 0:][:1]
+            try:
+                d = ast.literal_eval(dim[0]) if dim else 0
+            except (ValueError, TypeError, SyntaxError):
+                return False
+            return isinstance(d, int) and (d == SEQUENCE_DIM or (d < 0 and tensor in self.rank
+                                                                 and self.rank[tensor] + d == SEQUENCE_DIM))
+        return False
 
 
-def loops(node) -> list:
-    """[(line, what)] for each loop in ``node`` whose number of turns the source does not fix:
-    ``for``/``while``, comprehensions and generators, and calls that loop (``map``,
-    ``functools.reduce``, ``Tensor.apply_``, ...). A loop over a literal tuple or ``range(4)``
-    is fixed; one over a tensor, ``range(T)`` or ``q.shape[2]`` is not."""
-    found = []
-    for sub in ast.walk(node):
-        if isinstance(sub, (ast.For, ast.AsyncFor)) and not _fixed_length(sub.iter):
+def sequence_loops(fn) -> list:
+    """[(line, what)] for each loop of the function ``fn`` (a parsed ``def``) that certainly runs
+    once per token, or per chunk of tokens: a ``for``, a comprehension or a looping call
+    (``map``, ``functools.reduce``) over ``range`` of the sequence's length or over a tensor
+    unbound along the sequence, and a ``while`` whose test compares with that length
+    (:class:`_Sequence` says what the length is). A loop over heads, the batch, the features, a
+    fixed range or a literal tuple is not one; nor is a call of the function itself, or a list
+    it appends to. What this cannot be sure of is left to the rule's watch in the kernel."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    seq, found = _Sequence(fn), []
+    for sub in ast.walk(fn):
+        if isinstance(sub, (ast.For, ast.AsyncFor)) and seq.over(sub.iter):
             found.append((sub.lineno, f"for ... in {ast.unparse(sub.iter)[:60]}"))
-        elif isinstance(sub, ast.While):
+        elif isinstance(sub, ast.While) and seq.derived(sub.test):
             found.append((sub.lineno, f"while {ast.unparse(sub.test)[:60]}"))
         elif isinstance(sub, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            for gen in sub.generators:
-                if not _fixed_length(gen.iter):
-                    found.append((sub.lineno, f"a comprehension over {ast.unparse(gen.iter)[:60]}"))
-        elif isinstance(sub, ast.Call):
-            f = sub.func
-            name = ast.unparse(f) if isinstance(f, (ast.Name, ast.Attribute)) else ""
-            if name in LOOPING_CALLS or (isinstance(f, ast.Attribute) and f.attr in ("apply_", "map_", "map2_")):
-                found.append((sub.lineno, f"{name[:60]}(...)"))
+            found += [(sub.lineno, f"a comprehension over {ast.unparse(gen.iter)[:60]}")
+                      for gen in sub.generators if seq.over(gen.iter)]
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, (ast.Name, ast.Attribute)) and \
+                ast.unparse(sub.func) in LOOPING_CALLS and any(seq.over(a) for a in sub.args):
+            found.append((sub.lineno, f"{ast.unparse(sub.func)[:60]}(...) over the sequence"))
     return sorted(set(found))

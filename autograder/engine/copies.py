@@ -15,7 +15,7 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["copied_library_code", "COPY_MIN_STATEMENTS"]
+__all__ = ["copied_library_code", "library_source_read", "COPY_MIN_STATEMENTS"]
 
 COPY_MIN_STATEMENTS = 6      # a library function this small is what anyone would write
 COPY_SHARE = 0.85            # of a library function's statements, in its order, that make a copy
@@ -96,13 +96,13 @@ def _common(a, b) -> int:
     return row[-1]
 
 
-def copied_library_code(tree) -> list:
+def copied_library_code(tree, exec_only=False) -> list:
     """What in ``tree`` is a function of the course library by its content: the statements of a
     library function of COPY_MIN_STATEMENTS or more, COPY_SHARE of them at least, in its order,
     within a function of ``tree`` (names, strings, comments, ``pass`` and wrapping blocks aside),
-    or within code given to ``exec``/``compile`` as a constant string."""
+    or within code given to ``exec``/``compile`` as a constant string (``exec_only``: only those)."""
     from collections import Counter
-    trees = [tree]
+    trees = [] if exec_only else [tree]
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exec", "compile") \
                 and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
@@ -126,4 +126,22 @@ def copied_library_code(tree) -> list:
                     if what not in said:
                         said.append(what)
                     break
+    return said
+
+
+SOURCE_READERS = ("inspect.getsource", "inspect.getsourcelines")
+
+
+def library_source_read(tree, dotted) -> list:
+    """The course library's functions whose source ``tree`` reads as text to run it
+    (``exec(inspect.getsource(mlexp.ops.linear._recurrent))``): ``inspect.getsource`` of a path
+    of ``mlexp`` (``dotted(expr)`` names the path an expression reaches, from the notebook's
+    imports)."""
+    said = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and dotted(node.func) in SOURCE_READERS and node.args:
+            path = dotted(node.args[0])
+            what = f"the code of {path}, read with {dotted(node.func)}"
+            if path.split(".")[0] == "mlexp" and what not in said:
+                said.append(what)
     return said
