@@ -10,13 +10,13 @@ Files are shaped like each LMS's real downloads; the commands run as an instruct
 ``python -m autograder ...``. Nothing here grades a notebook: the zips hold only what is
 rejected before a kernel starts, and what a name means is checked through ``collect``.
 """
+import contextlib
 import csv
+import io
 import json
-import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -26,7 +26,6 @@ from autograder.publishing.build import build
 from toy_course import ASSIGNMENT, NOTEBOOK, make_toy_course
 
 NAMES = {ASSIGNMENT: [NOTEBOOK]}
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +54,14 @@ def write_zip(path: Path, entries: dict) -> Path:
     return path
 
 
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    """``python -m autograder ARGS`` as an instructor runs it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")}
-    return subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=cwd or ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+def cli(*args) -> SimpleNamespace:
+    """``python -m autograder ARGS`` as an instructor runs it (its ``main``, in this process:
+    a new interpreter per command would cost seconds each): returncode, stdout, stderr."""
+    from autograder.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def grades(out: Path) -> dict:
@@ -124,3 +126,38 @@ def test_canvas_names_through_grade(course, tmp_path):
     unsure = rows[(f"smith_2_12345_67890_{NOTEBOOK} (owner not certain)", ASSIGNMENT)]["status"]
     assert unsure.startswith("rejected: owner not certain")
     assert "smith_2_12345_67890_toy.ipynb" in run.stdout
+
+
+# ------------------------------------------------------------- a Canvas submission, no notebook
+
+@pytest.fixture
+def standin():
+    pytest.importorskip("canvasapi")
+    from canvas_standin import StandIn
+    s = StandIn("7~tok", 3).start()
+    s.add_assignment(77, "01 Toy", 10.0)
+    yield s
+    s.stop()
+
+
+def test_a_pdf_only_canvas_submission_is_a_rejected_row_everywhere(course, standin, tmp_path,
+                                                                   monkeypatch):
+    """pull -> manifest, grade -> grades.csv and the report, push -> its held-back list."""
+    standin.add_user(1201, "Pat Doc", "pat@uni.example")
+    standin.submit(77, 1201, {"report.pdf": b"%PDF-1.4"}, "2026-10-01T20:00:00Z")
+    env_args = ["--url", standin.url, "--lesson", ASSIGNMENT]
+    monkeypatch.setenv("CANVAS_TOKEN", "7~tok")
+    pulled, out = tmp_path / "pulled", tmp_path / "out"
+    run = cli("--course", course, "canvas", "pull", 3, 77, "--out", pulled, *env_args)
+    assert run.returncode == 0, run.stderr
+    assert "NO NOTEBOOK: pat@uni.example_1201" in run.stdout and "report.pdf" in run.stdout
+    manifest = json.loads((pulled / ".canvas-pull.json").read_text())["students"]
+    assert "report.pdf" in manifest["pat@uni.example_1201"]["problem"]
+    run = cli("--course", course, "grade", pulled, "--out", out, "--no-progress")
+    row = grades(out)[("pat@uni.example_1201", ASSIGNMENT)]
+    assert row["status"].startswith("rejected: no .ipynb file") and "report.pdf" in row["status"]
+    assert "pat@uni.example_1201" in (out / "report.html").read_text(encoding="utf-8")
+    run = cli("--course", course, "canvas", "push", out, 3, 77, "--dry-run", *env_args)
+    assert run.returncode == 3, run.stdout + run.stderr
+    held = run.stdout.split("HELD BACK")[1]
+    assert "pat@uni.example_1201" in held and "report.pdf" in held

@@ -14,7 +14,9 @@ reads, whose times the term's late rule uses (docs/instructors.md: A term). The 
 user id, which ``export --lms canvas`` and ``push`` match students by.
 ``SUBMISSIONS/.canvas-pull.json`` (ignored by ``grade``: a dot file) records per student the user id, login, name, attempt,
 ``submitted_at``, Canvas's ``late`` flag and the files written, so a second pull downloads only
-what changed.
+what changed. A submission whose latest attempt holds no notebook (a PDF only) gets its folder
+all the same, a ``<file name>.txt`` in place of each file, saying what Canvas holds: ``grade``
+gives it a rejected row naming them, ``push`` holds it back, the manifest records its ``problem``.
 
 **push** posts, per student of the lesson graded in DIR, the final score (as ``report`` and
 ``export`` compute it: autograder.term.export._final_rows) scaled to the assignment's
@@ -104,6 +106,7 @@ class PullResult:
     out: Path
     rows: list = field(default_factory=list)
     missing: list = field(default_factory=list)     # (student id, why)
+    rejected: list = field(default_factory=list)    # (student id, why): no notebook; grade rejects
     downloaded: int = 0
 
 
@@ -131,13 +134,16 @@ def pull(session: Session, course_id, assignment_id, lesson: str, out,
         if getattr(sub, "workflow_state", "") == "unsubmitted" or not submitted:
             result.missing.append((sid, "no submission"))
             continue
-        if not notebooks:
-            others = ", ".join(str(getattr(a, "display_name", "?")) for a in sub.attachments)
-            result.missing.append((sid, f"attempt {sub.attempt} holds no .ipynb file"
-                                   + (f" ({others})" if others else "")))
-            continue
         folder = out / ids.folder_name(sid) / lesson
         old = before.get(sid, {})
+        for gone in old.get("placeholders", {}).values():
+            (folder / gone).unlink(missing_ok=True)     # an earlier attempt without a notebook
+        if not notebooks:
+            row = _no_notebook(sub, sid, user, submitted, folder, old)
+            record[sid] = row
+            result.rejected.append((sid, row["problem"]))
+            _write_manifest(out, course_id, assignment_id, lesson, record)
+            continue
         files, note, fetched = {}, "", 0
         for att in notebooks:
             name = ids.folder_name(str(att.filename))
@@ -167,10 +173,44 @@ def pull(session: Session, course_id, assignment_id, lesson: str, out,
         record[sid] = row
         result.rows.append({**row, "id": sid, "fetched": fetched, "note": note})
         result.downloaded += fetched
-        atomic_write(out / MANIFEST, json.dumps({"course": str(course_id), "assignment":
-                                                 str(assignment_id), "lesson": lesson,
-                                                 "students": record}, indent=1, sort_keys=True))
+        _write_manifest(out, course_id, assignment_id, lesson, record)
     return result
+
+
+def _write_manifest(out: Path, course_id, assignment_id, lesson: str, record: dict) -> None:
+    atomic_write(out / MANIFEST, json.dumps({"course": str(course_id), "assignment":
+                                             str(assignment_id), "lesson": lesson,
+                                             "students": record}, indent=1, sort_keys=True))
+
+
+def _no_notebook(sub, sid: str, user: dict, submitted: str, folder: Path, old: dict) -> dict:
+    """A submission whose latest attempt holds no notebook (a PDF only): its folder gets, in
+    place of each file, ``<file name>.txt`` saying what Canvas holds (nothing is downloaded), so
+    that ``grade`` gives it a rejected row naming the files, and ``push`` holds it back. Any
+    notebook of an earlier attempt is removed. Returns its manifest row (``problem`` set)."""
+    for gone in old.get("files", {}).values():
+        (folder / gone).unlink(missing_ok=True)
+    (folder / "timestamp.txt").unlink(missing_ok=True)
+    shown = [str(getattr(a, "display_name", None) or getattr(a, "filename", "?"))
+             for a in sub.attachments]
+    problem = (f"attempt {getattr(sub, 'attempt', '?')} holds no .ipynb file"
+               + (f" ({', '.join(shown)})" if shown else ""))
+    placeholders = {}
+    folder.mkdir(parents=True, exist_ok=True)
+    for att, name in zip(sub.attachments, shown):
+        text = ids.folder_name(f"{name}.txt")
+        atomic_write(folder / text, f"Canvas holds {name!r} ({getattr(att, 'size', '?')} bytes) "
+                                    f"in {sid}'s submission, submitted {submitted}: not a "
+                                    "notebook, not downloaded.\n")
+        placeholders[str(att.id)] = text
+    if not shown:
+        text = "no-file.txt"
+        atomic_write(folder / text, f"Canvas holds a submission of {sid} with no file.\n")
+        placeholders["-"] = text
+    return {"user_id": int(sub.user_id), "login": user.get("login_id") or "",
+            "name": user.get("name") or "", "attempt": getattr(sub, "attempt", None),
+            "submitted_at": submitted, "late": bool(getattr(sub, "late", False)),
+            "files": {}, "placeholders": placeholders, "problem": problem}
 
 
 def format_pull(result: PullResult) -> str:
@@ -183,6 +223,9 @@ def format_pull(result: PullResult) -> str:
         lines.append(f"  {ids.printable(r['id'])}  submitted {r['submitted_at']}  [{flag}]  "
                      + ", ".join(ids.printable(f) for f in r["files"].values())
                      + (f"  note: {r['note']}" if r["note"] else ""))
+    for sid, why in result.rejected:
+        lines.append(f"  NO NOTEBOOK: {ids.printable(sid)}: {ids.printable(why)}; grade gives it "
+                     "a rejected row, push holds it back")
     for sid, why in result.missing:
         lines.append(f"  NOTHING TO GRADE: {ids.printable(sid)}: {why}")
     lines.append(f"next: python -m autograder grade {result.out} --out DIR --term term.toml "
