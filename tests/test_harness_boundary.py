@@ -406,3 +406,69 @@ def test_a_call_past_the_time_a_test_sets_is_stopped_on_the_graders_clock(tmp_pa
     assert err["evalue"].startswith("Hint: "), err
     assert errors["test_quick"] == [], errors
     assert not report["kernel"], report
+
+
+
+# Issue 51, item 5: a reply is bound to its request. The student's function, called by a test
+# through the grader's channel, answers the grader's request itself: it publishes a reply of its
+# own (a value it never returns) and then either ends the cell before the kernel side answers, or
+# lets the kernel side answer too. Each counts as unanswered and is reported as the channel
+# touched; the honest function beside them, which prints and displays, passes.
+FORGER = '''import json, sys
+from IPython.display import publish_display_data
+
+MIME = 'application/vnd.mlexp.' + 'grading+json'     # spelled so no cell names the channel
+
+
+def _the_request():
+    """The grader's request, read from the frames of the running request cell."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, str) and value.startswith('{"op"'):
+                return json.loads(value)
+        frame = frame.f_back
+    return {}
+
+
+def _forge(value):
+    publish_display_data({MIME: {'value': value, 'nonce': _the_request().get('nonce', '')}})
+
+
+def mean_forged_then_exit(xs):     # the right value forged, and no reply of the kernel side's
+    _forge(3.0)
+    raise SystemExit
+
+
+def mean_forged_twice(xs):         # the same with the request's nonce, then the kernel side's own reply
+    _forge(3.0)
+    return 0.0
+
+
+def mean_honest(xs):
+    print('summing', len(xs), 'numbers')
+    publish_display_data({'text/plain': 'a display of its own'})
+    return sum(xs) / len(xs)
+'''
+
+MEAN_TEST = '''got = {name}([1.0, 2.0, 3.0, 6.0])
+assert got == 3.0, "Hint: the mean of 1, 2, 3 and 6 is 3"
+'''
+
+
+@pytest.mark.slow
+def test_a_reply_forged_by_the_called_function_is_never_read(tmp_path):
+    names = ["mean_forged_then_exit", "mean_forged_twice", "mean_honest"]
+    cells = [_solution("answer", FORGER)] + [_test(f"test_{n}", 1, MEAN_TEST.format(name=n)) for n in names]
+    executed, report = run_submission(nbformat.v4.new_notebook(cells=cells), tmp_path,
+                                      GradingOptions(cell_timeout=60))
+    errors = {c.metadata["nbgrader"]["grade_id"]: [o for o in c.outputs if o.get("output_type") == "error"]
+              for c in executed.cells[1:]}
+    assert not report["kernel"], report
+    assert errors["test_mean_honest"] == [], errors
+    for name, why in (("mean_forged_then_exit", "did not end cleanly"), ("mean_forged_twice", "2 replies")):
+        assert errors[f"test_{name}"], f"{name}: the reply it forged was read as the kernel side's"
+        [err] = errors[f"test_{name}"]
+        assert "not answered" in err["evalue"] and why in err["evalue"] and "Hint" not in err["evalue"], err
+    [touched] = [t for t in report["tampered"] if t.startswith("the grader's channel was touched")]
+    assert "2 replies to one request" in touched and "did not end cleanly" in touched, report

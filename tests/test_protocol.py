@@ -1,5 +1,8 @@
 """The grader's cross-process contracts (autograder.engine.protocol): each round-trips, defaults in one place,
 and a job of another protocol version is refused where a Dask worker receives it."""
+import dataclasses
+import json
+
 import pytest
 
 from autograder.options import GradingOptions
@@ -67,3 +70,35 @@ def test_every_option_is_a_flag_and_the_size_limit_is_no_setting_of_a_run():
     # grade's settings (what makes it re-run a graded notebook) are the options' repr: the size
     # limit is checked before a run, so it is left out of it
     assert "max_size" not in repr(options) and "cell_timeout=7" in repr(options)
+
+
+def test_a_reply_counts_only_as_the_one_clean_reply_carrying_its_requests_nonce():
+    """Issue 51, item 5: the kernel side echoes each request's fresh nonce; a request is answered
+    only by its cell's one reply carrying it, in a cell that ended cleanly."""
+    req = KernelRequest.lookup("x")
+    assert "nonce" not in req.to_json()
+    sent = json.loads(dataclasses.replace(req, nonce="ab12").to_json())
+    assert sent == {"op": "lookup", "name": "x", "nonce": "ab12"}
+    ok = {"value": 1, "nonce": "ab12"}
+    reply, evidence = KernelReply.of_request([ok], "ab12", ended_cleanly=True)
+    assert (reply.value, reply.nonce, evidence) == (1, "ab12", [])
+    assert KernelReply.of_request([], "ab12", ended_cleanly=True) == (None, [])
+    assert KernelReply.of_request([], "ab12", ended_cleanly=False) == (None, [])
+    for replies, clean, why in (([{"value": 1}], True, "does not carry the request's nonce"),
+                                ([{"value": 1, "nonce": "ff00"}], True, "does not carry the request's nonce"),
+                                ([ok], False, "did not end cleanly"),
+                                ([ok, ok], True, "2 replies to one request"),
+                                ([{"value": 2, "nonce": "ab12"}, ok], True, "2 replies to one request"),
+                                (["not a dict"], True, "does not carry the request's nonce")):
+        reply, evidence = KernelReply.of_request(replies, "ab12", ended_cleanly=clean)
+        assert reply is None and any(why in e for e in evidence), (replies, clean, evidence)
+
+
+def test_the_kernel_side_echoes_the_nonce_it_was_sent():
+    from autograder.engine.kernel.kernel_server import KernelServer
+    sent = []
+    server = KernelServer(namespace=lambda: {"x": 3}, publish=sent.append)
+    server.kernel_request(dataclasses.replace(KernelRequest.lookup("x"), nonce="c0ffee").to_json())
+    server.kernel_request(KernelRequest.lookup("x").to_json())
+    server.kernel_request("not json")
+    assert sent[0] == {"value": 3, "nonce": "c0ffee"} and "nonce" not in sent[1] and "error" in sent[2]

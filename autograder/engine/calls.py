@@ -2,6 +2,8 @@
 the kernel (:class:`KernelLink`), proxies of student functions, and the namespace a test runs in.
 """
 import builtins
+import dataclasses
+import secrets
 import time
 from pathlib import Path
 
@@ -129,7 +131,8 @@ def _replace_tensors(value, mapping):
 
 class KernelLink:
     """The harness's channel to the kernel: one request cell per lookup or call (not stored in
-    the kernel's history), one reply read from the display message of type WIRE_MIME."""
+    the kernel's history), one reply read from the display message of type WIRE_MIME, bound to
+    its request by a fresh nonce (protocol.KernelReply.of_request says when a reply counts)."""
 
     def __init__(self, client):
         self.client = client
@@ -137,11 +140,14 @@ class KernelLink:
         self.busy = False        # a request is running (it has its own time limit)
         self.expired = False     # the test's alarm rang while a request was running
         self.blocked = False     # a request ran but sent no reply: the notebook intercepted it
+        self.touched = []        # evidence that code of the notebook answered a request itself
         self.module = KERNEL_MODULE   # the name of the kernel side's copy the requests go to
 
     def request(self, req: KernelRequest, what: str, limit=None) -> KernelReply:
         """Send ``req`` to the kernel within the test's time; its reply. Raises StudentTimeout
-        past the limit and RuntimeError when no reply came (the channel was blocked).
+        past the limit and RuntimeError when the request was not answered: no reply came (the
+        channel was blocked), or the replies were not the kernel side's one reply to this
+        request, bound by a nonce made here for it (then ``touched`` says why).
         ``limit``: (seconds, hint), a shorter limit for this request; past it the StudentTimeout
         carries the hint."""
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
@@ -152,11 +158,13 @@ class KernelLink:
             seconds, hint = float(limit[0]), str(limit[1])
             if remaining is None or seconds < remaining:
                 remaining, own = seconds, (seconds, hint)
+        nonce = secrets.token_hex(16)
+        req = dataclasses.replace(req, nonce=nonce)
         code = (f"__import__('sys').modules[{self.module!r}]"
                 f".kernel_request({req.to_json()!r})")
         self.busy = True
         try:
-            reply, timed_out, error = self.client.run_request(code, remaining)
+            replies, timed_out, error = self.client.run_request(code, remaining)
         finally:
             self.busy = False
         if timed_out and own is not None:
@@ -164,12 +172,20 @@ class KernelLink:
                                  hint=own[1])
         if timed_out or self.expired:
             raise StudentTimeout(f"{what} did not finish within the time limit")
-        if not isinstance(reply, dict):   # no reply, or not one the kernel side writes
+        reply, evidence = KernelReply.of_request(replies, nonce, ended_cleanly=not error)
+        if evidence:
             self.blocked = True
-            raise RuntimeError(f"the grader could not read {what} from the notebook's kernel"
-                               + (f" ({error})" if error else "") + ": was the grader's channel "
-                               f"(sys.modules[{KERNEL_MODULE!r}]) removed or replaced by a cell?")
-        return KernelReply.from_dict(reply)
+            self.touched += [e for e in evidence if e not in self.touched]
+            raise RuntimeError(f"the grader could not read {what} from the notebook's kernel: it "
+                               f"was not answered (the grader's channel was touched: "
+                               f"{'; '.join(evidence)})")
+        if reply is None:   # no reply, or not one the kernel side writes
+            self.blocked = True
+            raise RuntimeError(f"the grader could not read {what} from the notebook's kernel: it "
+                               "was not answered" + (f" ({error})" if error else "") + ": was the "
+                               f"grader's channel (sys.modules[{KERNEL_MODULE!r}]) removed or "
+                               "replaced by a cell?")
+        return reply
 
     def install(self, module: str = KERNEL_MODULE) -> None:
         """Put the kernel side (:mod:`autograder.engine.kernel.wire`'s codec and :mod:`autograder.engine.kernel.kernel_server`)

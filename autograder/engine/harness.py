@@ -207,7 +207,10 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                         report.kernel = stopped
             if not stopped:
                 _ask_tamper(link, report)
-            if link.blocked:
+            if link.touched:   # a request answered by the notebook's code (KernelReply.of_request)
+                report.tampered.append("the grader's channel was touched: "
+                                       + "; ".join(link.touched[:3]))
+            elif link.blocked:
                 report.tampered.append("the grader's requests to the kernel (they were "
                                           "blocked or rewritten)")
             if channel_cell is not None:

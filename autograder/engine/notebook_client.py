@@ -86,7 +86,7 @@ class HarnessClient(NotebookClient):
         self.output_cut = False
         self.last_reply = None
         self.request_mode = False
-        self.request_reply = None
+        self.request_replies = []     # every WIRE_MIME reply of the running request cell
         self.request_stdout = []
         self.on_cell_executed = self._record_reply
 
@@ -120,8 +120,8 @@ class HarnessClient(NotebookClient):
     def output(self, outs, msg, display_id, cell_index):
         if self.request_mode:
             content = msg.get("content", {})
-            if msg["msg_type"] == "display_data" and WIRE_MIME in content.get("data", {}):
-                self.request_reply = content["data"][WIRE_MIME]
+            if msg["msg_type"] in ("display_data", "execute_result") and WIRE_MIME in content.get("data", {}):
+                self.request_replies.append(content["data"][WIRE_MIME])
             elif msg["msg_type"] == "stream" and sum(map(len, self.request_stdout)) < REQUEST_STDOUT_CHARS:
                 self.request_stdout.append(str(content.get("text", ""))[:REQUEST_STDOUT_CHARS])
             return None
@@ -191,9 +191,10 @@ class HarnessClient(NotebookClient):
         return False
 
     def run_request(self, code: str, timeout):
-        """Execute a request cell; returns (reply or None, timed out?, error text)."""
+        """Execute a request cell; returns (its replies, timed out?, error text: why the cell
+        did not end cleanly, "" when its execute_reply has status ok)."""
         cell = nbformat.v4.new_code_cell(code)
-        self.request_mode, self.request_reply = True, None
+        self.request_mode, self.request_replies = True, []
         self.last_reply = None
         saved = self.timeout
         if timeout is not None:
@@ -208,8 +209,10 @@ class HarnessClient(NotebookClient):
         if self._timed_out():
             return None, True, ""
         content = (self.last_reply or {}).get("content", {})
-        error = f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else ""
-        return self.request_reply, False, error
+        status = content.get("status")
+        error = "" if status == "ok" else f"{content.get('ename')}: {content.get('evalue')}" \
+            if status == "error" else f"the cell ended with status {status!r}"
+        return list(self.request_replies), False, error
 
     def _execute_aside(self, cell):
         """Execute a cell that is not part of the notebook (nbclient stores each executed cell

@@ -174,10 +174,13 @@ class KernelRequest:
     """One request of the harness to the kernel: ``op`` and its arguments.
 
     Ops: ``lookup`` (name), ``call`` (ref, args, kwargs, grad, watch), ``backward`` (graph,
-    grads), ``snapshot`` (import) and ``tamper_report``.
+    grads), ``snapshot`` (import) and ``tamper_report``. ``nonce``: set for each request as it is
+    sent (:meth:`autograder.engine.calls.KernelLink.request`, a fresh ``secrets.token_hex``);
+    the kernel side echoes it in its reply (:meth:`KernelReply.of_request`).
     """
     op: str
     args: dict = field(default_factory=dict)
+    nonce: str = ""
 
     @classmethod
     def lookup(cls, name: str) -> "KernelRequest":
@@ -210,7 +213,10 @@ class KernelRequest:
 
     def to_json(self) -> str:
         """The request as the kernel side's ``kernel_request`` reads it."""
-        return json.dumps({"op": self.op, **self.args}, allow_nan=True)
+        body = {"op": self.op, **self.args}
+        if self.nonce:
+            body["nonce"] = self.nonce
+        return json.dumps(body, allow_nan=True)
 
 
 @dataclass
@@ -221,7 +227,7 @@ class KernelReply:
     name is a module (never fetched); ``error``: ``{"types", "type", "message"}`` of an
     exception raised there; for a call also ``args``/``kwargs`` (the arguments as the function
     left them), ``names`` (its parameter names), ``graph`` (the call's number, for a backward
-    pass) and ``watch`` (mlexp.rules' trace).
+    pass) and ``watch`` (mlexp.rules' trace); ``nonce``: the request's, echoed.
     """
     value: object = None
     missing: bool = False
@@ -233,17 +239,46 @@ class KernelReply:
     graph: object = None
     watch: object = None
     is_module: bool = False
+    nonce: Optional[str] = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "KernelReply":
         """The reply the kernel sent (a dict; unknown keys ignored)."""
         names = data.get("names")
+        nonce = data.get("nonce")
         return cls(value=data.get("value"), missing=bool(data.get("missing")),
                    module=data.get("module"), error=data.get("error"),
                    args=data.get("args", {"t": "list", "v": []}),
                    kwargs=data.get("kwargs", {"t": "dict", "v": []}),
                    names=names if isinstance(names, list) else [], graph=data.get("graph"),
-                   watch=data.get("watch"), is_module="module" in data)
+                   watch=data.get("watch"), is_module="module" in data,
+                   nonce=nonce if isinstance(nonce, str) else None)
+
+    @classmethod
+    def of_request(cls, replies: list, nonce: str, ended_cleanly: bool) -> tuple:
+        """The answer to one request, from every reply its request cell sent: ``(reply or None,
+        evidence)``. ``evidence``: why the replies show the channel touched ([] when they do not).
+
+        A request is answered only by exactly one reply that carries the request's ``nonce``
+        (fresh for each request, so no code written before the request can know it), sent by the
+        request cell the harness started (nbclient reads only the messages whose parent is that
+        cell's execution) and followed by that cell's clean end (``ended_cleanly``: its
+        execute_reply has status "ok"). The kernel side publishes its one reply as the last
+        thing the cell does, so a second reply, a reply without the nonce, or a reply and then an
+        error (the called function answered for the grader, then ended the cell before the
+        kernel side could) can only come from code of the notebook: the request is unanswered.
+        No reply at all is unanswered with no evidence (the caller says why)."""
+        replies = list(replies or [])
+        evidence = []
+        if len(replies) > 1:
+            evidence.append(f"{len(replies)} replies to one request")
+        if any(not isinstance(r, dict) or r.get("nonce") != nonce for r in replies):
+            evidence.append("a reply that does not carry the request's nonce")
+        if replies and not ended_cleanly:
+            evidence.append("a reply from a request cell that did not end cleanly")
+        if evidence or not replies or not nonce:
+            return None, evidence
+        return cls.from_dict(replies[0]), []
 
     def raised(self):
         """The exception the kernel raised, as the same built-in type here (RuntimeError for

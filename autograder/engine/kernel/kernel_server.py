@@ -232,12 +232,20 @@ class KernelServer:
         "kwargs": nodes, "grad": bool}``, ``{"op": "backward", "graph": n, "grads": nodes}``,
         ``{"op": "snapshot", "import": [...]}`` and ``{"op": "tamper_report"}``. Replies carry
         ``value`` (wire nodes), or ``error`` (the exception's built-in types and message), or
-        ``missing`` / ``module`` for a lookup (autograder.engine.protocol.KernelReply).
+        ``missing`` / ``module`` for a lookup (autograder.engine.protocol.KernelReply), and the
+        request's ``nonce``, echoed: the harness reads a reply only when it carries its request's
+        nonce, is the cell's only reply and the cell then ends cleanly, so publishing is the last
+        thing done here (KernelReply.of_request).
         """
+        nonce = None
         try:
-            reply = self.answer(json.loads(text))
+            req = json.loads(text)
+            nonce = req.pop("nonce", None) if isinstance(req, dict) else None
+            reply = self.answer(req)
         except Exception as exc:   # not JSON
             reply = _exception(exc)
+        if isinstance(nonce, str):
+            reply = {**reply, "nonce": nonce}
         self.publish(reply)
 
     def lookup(self, name):
