@@ -192,14 +192,18 @@ def test_lesson_limits_canvas_to_one_column(canvas, tmp_path):
         export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term, lesson="05_inattention")
 
 
-def test_two_ids_for_one_gradebook_row_fill_it_once_and_say_so(tmp_path):
+def test_two_ids_for_one_gradebook_row_fill_neither_and_need_you(tmp_path):
+    """Never first-wins (issue 52): both are held, the cell stays as Canvas gave it."""
     out, book, term, _ = lms_class(tmp_path, {("smithann_12345", "01_running_sum"): (6, 6),
                                               ("annsmith_12345", "01_running_sum"): (0, 6)},
                                    "g.csv", CANVAS.encode(), "(1234)", "(1235)")
-    result = export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term)
-    assert list(result.filled.values()) == ["10"]
-    assert parse((tmp_path / "o.csv").read_bytes(), "utf-8")[3][5] == "10"
-    assert any("both match" in n and "annsmith_12345" in n for n in result.notes)
+    for undecided in (False, True):
+        result = export_gradebook(out, "canvas", book, tmp_path / "o.csv", term=term,
+                                  send_undecided=undecided)
+        assert result.filled == {} and result.needs_you
+        assert parse((tmp_path / "o.csv").read_bytes(), "utf-8")[3][5] == "3.00"
+        assert sorted(s for s, _, _ in result.held) == ["annsmith_12345", "smithann_12345"]
+        assert "NEEDS YOU (2)" in format_export(result)
 
 
 def test_canvas_a_filled_cell_keeps_its_quoting_and_a_row_the_scanner_cannot_follow(tmp_path):

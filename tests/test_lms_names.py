@@ -161,3 +161,62 @@ def test_a_pdf_only_canvas_submission_is_a_rejected_row_everywhere(course, stand
     assert run.returncode == 3, run.stdout + run.stderr
     held = run.stdout.split("HELD BACK")[1]
     assert "pat@uni.example_1201" in held and "report.pdf" in held
+
+
+# ------------------------------------------------------------- two rows, one LMS user
+
+CANVAS_BOOK = (
+    "Student,ID,SIS User ID,SIS Login ID,Section,01 Toy (77)\r\n"
+    "    Points Possible,,,,,10.00\r\n"
+    '"Smith, Ann",12345,S001,asmith,"ML 101",\r\n'
+    '"Lee, Amy",9,S003,alee,"ML 101",\r\n')
+
+
+def graded(tmp_path: Path, scores: dict) -> Path:
+    """DIR holding grades.csv ({student: score of 6}) and a feedback page per student."""
+    from autograder.grading.grade import Result, write_csv
+    from autograder.ids import folder_name
+    out = tmp_path / "graded"
+    out.mkdir()
+    write_csv(out / "grades.csv", [Result(s, ASSIGNMENT, score=v, max_score=6)
+                                   for s, v in scores.items()], [])
+    for s in scores:
+        page = out / "feedback" / folder_name(s) / ASSIGNMENT / f"{ASSIGNMENT}.html"
+        page.parent.mkdir(parents=True)
+        page.write_text(f"<html><body>feedback for {s}</body></html>")
+    return out
+
+
+def test_two_rows_on_one_canvas_user_stop_export_for_that_user(tmp_path):
+    """smith_2_12345 read as annsmith's id, or two spellings: neither grade reaches Ann's cell,
+    with or without --send-undecided; Amy's is filled; export exits 3 and names both rows."""
+    out = graded(tmp_path, {"smithann_12345": 6, "evil_12345": 0, "leeamy_9": 3})
+    book = tmp_path / "Grades-ML_101.csv"
+    book.write_bytes(CANVAS_BOOK.encode())
+    term = tmp_path / "term.toml"
+    term.write_text(f'[lessons.{ASSIGNMENT}]\nlms_column = "01 Toy (77)"\n')
+    args = ["export", out, "--lms", "canvas", "--gradebook", book, "--term", term]
+    for extra, code in (([], 3), (["--send-undecided"], 0)):
+        dest = tmp_path / f"upload{len(extra)}.csv"
+        run = cli(*args, "--out", dest, *extra)
+        assert run.returncode == code, run.stdout + run.stderr
+        rows = list(csv.reader(io.StringIO(dest.read_text(encoding="utf-8"))))
+        assert rows[2][5] == "" and rows[3][5] == "5", rows        # Ann untouched; Amy 3/6 of 10
+        needs = run.stdout.split("NEEDS YOU (2)")[1]
+        assert "smithann_12345" in needs and "evil_12345" in needs and "Smith, Ann" in needs
+
+
+def test_two_rows_on_one_canvas_user_stop_push_for_that_user(tmp_path, standin, monkeypatch):
+    standin.add_user(12345, "Ann Smith", "asmith")
+    standin.add_user(9, "Amy Lee", "alee")
+    for uid in (12345, 9):
+        standin.submit(77, uid, {NOTEBOOK: b"{}"}, "2026-10-01T20:00:00Z")
+    out = graded(tmp_path, {"smithann_12345": 6, "evil_12345": 0, "leeamy_9": 3})
+    monkeypatch.setenv("CANVAS_TOKEN", "7~tok")
+    run = cli("canvas", "push", out, 3, 77, "--url", standin.url, "--lesson", ASSIGNMENT)
+    assert run.returncode == 3, run.stdout + run.stderr
+    held = run.stdout.split("HELD BACK (2)")[1]
+    assert "smithann_12345" in held and "evil_12345" in held and "user id 12345" in held
+    sub = standin.submissions[(77, 12345)]
+    assert sub["score"] is None and sub["submission_comments"] == []     # nothing posted to Ann
+    assert standin.submissions[(77, 9)]["score"] == 5.0

@@ -76,6 +76,8 @@ class Export:
     term_file: Path = None        # the term file whose lms_column matched lessons (None: none)
     term_recorded: bool = False   # that file was the one recorded in DIR/term-file.txt
     held: list = field(default_factory=list)    # (student id, lesson, why) not sent: undecided
+    clashes: set = field(default_factory=set)   # (student id, lesson) of held whose LMS user
+    #                                             another row lands on too: never filled
     sent_undecided: bool = False  # --send-undecided: those were filled all the same
 
     @property

@@ -279,11 +279,21 @@ def plan_push(session: Session, out_dir, course_id, assignment_id, lesson: str,
                            assignment.get_submissions(include=["submission_comments", "user"]))
     by_user = {str(s.user_id): s for s in subs}
     plan = PushPlan(lesson, points)
+    landing = {}      # Canvas user id -> the student ids of grades.csv that end in it
+    for row in rows:
+        landing.setdefault(trailing_number(row["student_id"]), set()).add(row["student_id"])
     for row in sorted(rows, key=lambda r: r["student_id"]):
         sid = row["student_id"]
         uid = trailing_number(sid)
         if uid is None or uid not in by_user:
             plan.not_found.append(sid)
+            continue
+        others = sorted(landing[uid] - {sid})
+        if others:     # never first-wins: nothing is posted to that user
+            plan.held.append((sid, f"two rows for one Canvas user ({sid} and {', '.join(others)} "
+                                   f"all end in user id {uid}); nothing posted for any: which is "
+                                   "theirs? Fix the submissions (the file that is not theirs) "
+                                   "and grade again"))
             continue
         if row["held"]:
             plan.held.append((sid, row["held"]))
@@ -390,8 +400,9 @@ def format_push(plan: PushPlan, dry_run: bool) -> str:
     lines += [f"  note: {ids.printable(s['student'])}: no feedback page in DIR/feedback; grade "
               "only" for s in plan.steps if s["no_page"]]
     if plan.held:
-        lines.append(f"  HELD BACK ({len(plan.held)}): no one decided these grades; nothing "
-                     "posted for them. Decide each in DIR/overrides.csv, run report, push again:")
+        lines.append(f"  HELD BACK ({len(plan.held)}): no one decided these grades, or two rows "
+                     "land on one Canvas user; nothing posted for them. Decide each (DIR/"
+                     "overrides.csv, or the submissions), run report, push again:")
         lines += [f"    {ids.printable(s)}: {ids.printable(why)}" for s, why in plan.held]
     if plan.not_found:
         lines.append(f"  NOT IN CANVAS ({len(plan.not_found)}): no submission of this assignment "

@@ -196,6 +196,11 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     result.columns, result.unmatched_lessons = lesson_columns(book, lessons, term, only)
     students = book.students()
     changes, graded_rows, filled_by, held_rows = {}, set(), {}, set()
+    landing = {}     # (gradebook row, lesson) -> the student ids of grades.csv that land there
+    for row in rows:
+        record = students.get(book.key(row["student_id"]))
+        if record is not None:
+            landing.setdefault((record, row["assignment"]), set()).add(row["student_id"])
     for row in rows:
         sid, col = row["student_id"], result.columns.get(row["assignment"])
         record = students.get(book.key(sid))
@@ -205,6 +210,12 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
             continue
         result.rows[sid] = (record, book.display(record))
         if col is None:
+            continue
+        others = sorted(landing[(record, row["assignment"])] - {sid})
+        if others:     # never first-wins: neither is filled, whatever --send-undecided says
+            result.held.append((sid, row["assignment"], _clash(sid, others, book, record)))
+            result.clashes.add((sid, row["assignment"]))
+            held_rows.add(record)
             continue
         if row.get("held"):
             result.held.append((sid, row["assignment"], row["held"]))
@@ -258,6 +269,14 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     if feedback is not None and not result.feedback:
         result.notes.append(f"no feedback zip written to {feedback}: no page goes with a filled grade")
     return result
+
+
+def _clash(sid: str, others: list, book, record: int) -> str:
+    """Why ``sid``'s grade is held: ``others`` of grades.csv land on its gradebook row too."""
+    return (f"two rows for one LMS user ({sid} and {', '.join(others)} all land on the "
+            f"gradebook's row {book.display(record)!r}, line {book.table.records[record].line}); "
+            "nothing filled for any: which is theirs? Fix the submissions (the file that is not "
+            "theirs) and grade again")
 
 
 # ------------------------------------------------------------------------------ feedback zip
@@ -323,8 +342,15 @@ def format_export(result: Export) -> str:
                      f"of grades.csv, their grades not written; a student's row is found by "
                      f"{matched_by}): " +
                      ", ".join(ids.printable(s) for s in result.unmatched_students))
-    if result.held:
-        kinds = Counter(why.split(" (", 1)[0] for _, _, why in result.held)
+    clashes = [h for h in result.held if (h[0], h[1]) in result.clashes]
+    if clashes:
+        lines.append(f"  NEEDS YOU ({len(clashes)}): rows of grades.csv that land on one LMS "
+                     "user; nothing filled for them (never the first's or the last's grade):")
+        lines += [f"    {ids.printable(sid)}, {lesson}: {ids.printable(why)}"
+                  for sid, lesson, why in sorted(clashes)]
+    undecided = [h for h in result.held if (h[0], h[1]) not in result.clashes]
+    if undecided:
+        kinds = Counter(why.split(" (", 1)[0] for _, _, why in undecided)
         counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         if result.sent_undecided:
             lines.append(f"  SENT UNDECIDED ({counts}; --send-undecided): filled with the "
@@ -334,7 +360,7 @@ def format_export(result: Export) -> str:
                          "stay as the LMS gave them; decide each in DIR/overrides.csv and export "
                          "again, or send the machine score with --send-undecided:")
         lines += [f"    {ids.printable(sid)}, {lesson}: {ids.printable(why)}"
-                  for sid, lesson, why in sorted(result.held)]
+                  for sid, lesson, why in sorted(undecided)]
     if result.kept:
         lines.append(f"  kept as the LMS had ({len(result.kept)} student(s) of the gradebook with "
                      "no grade here): " + "; ".join(ids.printable(s) for s in result.kept))
