@@ -220,3 +220,97 @@ def test_two_rows_on_one_canvas_user_stop_push_for_that_user(tmp_path, standin, 
     sub = standin.submissions[(77, 12345)]
     assert sub["score"] is None and sub["submission_comments"] == []     # nothing posted to Ann
     assert standin.submissions[(77, 9)]["score"] == 5.0
+
+
+# ------------------------------------------------------------- Moodle's worksheet: zones, Excel
+
+ANSWERS_SRC = "def add(a, b):\n    return a + b"
+
+
+def fake_grade(self, job):
+    """6/6 for a notebook whose add is right, without a kernel (everything else is grade's)."""
+    res = job.result
+    src = "\n".join(c.source for nb in job.notebooks.values() for c in nb.cells)
+    res.exercises = {"test_add": 6.0 * (ANSWERS_SRC in src)}
+    res.score, res.max_score = sum(res.exercises.values()), 6.0
+    page = self.out / "feedback" / job.sub.student / res.assignment / f"{ASSIGNMENT}.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(f"<html><body>{res.score:g} / 6</body></html>")
+    res.feedback = [str(page)]
+    return res
+
+
+def answered(blank: bytes) -> bytes:
+    nb = nbformat.reads(blank.decode(), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(ANSWERS_SRC))
+    return nbformat.writes(nb).encode()
+
+
+WORKSHEET = ('"Identifier","Full name","Email address","Status","Grade","Maximum Grade",'
+             '"Grade can be changed","Last modified (submission)"\n'
+             '"Participant 1001","Ann Smith",a@x.edu,"Submitted",,"20,00",Yes,"{ann}"\n'
+             '"Participant 1002","José Núñez",j@x.edu,"Submitted",,"20,00",Yes,"{jose}"\n')
+TERM_MOODLE = ('timezone = "Europe/Berlin"\n[lessons.toy]\ndue = 2026-10-01T23:59:00+02:00\n'
+               'moodle_worksheet = "Grades-ML 101-toy-77.csv"\n[late]\nper_day = 0.10\n')
+
+
+@pytest.fixture
+def moodle_class(course, blank, tmp_path, monkeypatch):
+    """A Moodle zip of two students graded (6/6 each, no kernel) with a term whose worksheet
+    gives their times; returns (tmp_path, DIR, worksheet path, term path)."""
+    monkeypatch.setattr("autograder.grading.grade.Grader.grade", fake_grade)
+    zpath = write_zip(tmp_path / "moodle.zip", {
+        f"Ann Smith_1001_assignsubmission_file_/{NOTEBOOK}": answered(blank),
+        f"José Núñez_1002_assignsubmission_file_/{NOTEBOOK}": answered(blank)})
+    term = tmp_path / "term.toml"
+    term.write_text(TERM_MOODLE)
+    sheet = tmp_path / "Grades-ML 101-toy-77.csv"
+    return tmp_path, zpath, sheet, term
+
+
+def exported_grades(tmp_path, out, sheet, course) -> dict:
+    dest = tmp_path / "upload.csv"
+    run = cli("--course", course, "export", out, "--lms", "moodle", "--gradebook", sheet,
+              "--out", dest)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = list(csv.reader(io.StringIO(dest.read_bytes().decode(read_codec(sheet)), newline="")))
+    return {r[1]: r[4] for r in rows[1:]}
+
+
+def read_codec(sheet: Path) -> str:
+    from autograder.lms.table import read_table
+    return read_table(sheet).codec
+
+
+@pytest.mark.parametrize("written, ann", [
+    ("Thursday, 1 October 2026, 10:30 PM UTC", "18"),   # 22:30 UTC: 31 minutes late
+    ("Thursday, 1 October 2026, 5:30 PM -0500", "18"),  # 22:30 UTC too
+    ("Friday, 2 October 2026, 6:00 AM +0900", "20")])   # 21:00 UTC: on time
+def test_a_moodle_time_keeps_the_zone_written_in_it(moodle_class, course, written, ann):
+    """Due 23:59 Berlin (21:59 UTC). Ann's time is read in the zone written in it: 31 minutes
+    late is 10% off, 18 of 20 (read as Berlin's, 22:30 would be on time, and 06:00 late).
+    José's time has no zone: the term's (Berlin), on time."""
+    tmp_path, zpath, sheet, term = moodle_class
+    sheet.write_text(WORKSHEET.format(ann=written, jose="Thursday, 1 October 2026, 11:00 PM"),
+                     encoding="utf-8")
+    out = tmp_path / "out"
+    run = cli("--course", course, "grade", zpath, "--out", out, "--term", term, "--no-progress")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert exported_grades(tmp_path, out, sheet, course) == {"Ann Smith": ann, "José Núñez": "20"}
+
+
+@pytest.mark.parametrize("codec, newline", [("cp1252", "\r\n"), ("mac_roman", "\r")])
+def test_an_excel_saved_worksheet_reads_in_every_command(moodle_class, course, codec, newline):
+    """Excel on Windows (Windows-1252) or a Mac (Mac Roman, CR line ends): grade, report and
+    export read it as they read UTF-8 (José's name, his late time), never a codec error."""
+    tmp_path, zpath, sheet, term = moodle_class
+    text = WORKSHEET.format(ann="Thursday, 1 October 2026, 11:00 PM",
+                            jose="Friday, 2 October 2026, 1:00 AM")     # 1 minute late
+    sheet.write_bytes(text.replace("\n", newline).encode(codec))
+    out = tmp_path / "out"
+    run = cli("--course", course, "grade", zpath, "--out", out, "--term", term, "--no-progress")
+    assert run.returncode == 0, run.stdout + run.stderr
+    run = cli("--course", course, "report", out, "--term", term)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert exported_grades(tmp_path, out, sheet, course) == {"Ann Smith": "20", "José Núñez": "18"}
+    assert sheet.read_bytes().decode(codec) == text.replace("\n", newline)   # left as it was

@@ -13,14 +13,13 @@ fills) and the submission times that worksheet gives.
 - The submission times: the worksheet's "Last modified (submission)"
   (:func:`moodle_submission_times`, read for a lesson whose term entry names its worksheet).
 """
-import csv
 from pathlib import Path
 
 from autograder.lms.base import Lms, register
 from autograder.ids import folder_name
 from autograder.lms.gradebooks import (Column, _Gradebook, decimal_comma, number_of,
                                        trailing_number)
-from autograder.lms.table import ExportError, delimiter_of
+from autograder.lms.table import ExportError, read_table
 
 __all__ = ["Moodle", "MOODLE_SOURCE", "MOODLE_HEADERS", "MOODLE_NO", "moodle_language",
            "moodle_header", "moodle_date", "moodle_submission_times", "moodle_lesson"]
@@ -77,52 +76,54 @@ def moodle_header(headers, english: str):
 
 
 def moodle_date(text: str, lang: str):
-    """A worksheet's "Last modified" cell as a naive datetime, in the worksheet's language
+    """A worksheet's "Last modified" cell as a datetime, in the worksheet's language
     (dateparser, the language's day and month names; an all-number date day first outside
-    English); None when it cannot be read."""
+    English): aware when the cell writes its zone ("22:30 UTC", "+0900"), else naive; None when
+    it cannot be read."""
     import dateparser
     return dateparser.parse(text, languages=[lang] if lang == "en" else [lang, "en"],
                             settings={"DATE_ORDER": _DATE_ORDER.get(lang, "MDY"),
                                       "PARSERS": ["absolute-time"],   # never "yesterday"
-                                      "REQUIRE_PARTS": ["day", "month", "year"],
-                                      "RETURN_AS_TIMEZONE_AWARE": False})
+                                      "REQUIRE_PARTS": ["day", "month", "year"]})
 
 
 def moodle_submission_times(path, zone) -> dict:
     """{participant id: aware datetime} from a Moodle assignment's grading worksheet (the CSV
     of "Download grading worksheet": ``Identifier`` "Participant 1001", ``Last modified
     (submission)`` "Wednesday, 1 October 2026, 11:59 PM" in the Moodle user's time zone, read
-    in ``zone`` (a tzinfo); "-" or empty: no submission, left out), in any language of
-    MOODLE_HEADERS, its dates in that language. The id is the number a Moodle zip's student id
-    ends with ("Ann Smith_1001"). Raises ValueError naming the file and line when a column is
-    missing or a date cannot be read; FileNotFoundError."""
+    in ``zone`` (a tzinfo) unless the cell writes its own zone ("11:59 PM UTC", "+0900"); "-" or
+    empty: no submission, left out), in any language of MOODLE_HEADERS, its dates in that
+    language. The file is read as export reads every LMS table (lms/table.py: UTF-8 or UTF-16,
+    an Excel re-save in Windows-1252 or Mac Roman, any line end, any delimiter). The id is the
+    number a Moodle zip's student id ends with ("Ann Smith_1001"). Raises ValueError naming the
+    file and line when a column is missing or a date cannot be read; FileNotFoundError."""
     path = Path(path)
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        delimiter = delimiter_of(f.readline())    # ',' or, re-saved in many locales, ';'
-        f.seek(0)
-        reader = csv.reader(f, delimiter=delimiter)
-        head = next(reader, [])
-        lang = moodle_language(head)
-        columns = {k: moodle_header(head, k) for k in ("Identifier", "Last modified (submission)")}
-        missing = [MOODLE_HEADERS[k][lang] for k, i in columns.items() if i is None]
-        if missing:
-            raise ValueError(f"{path}: no column {', '.join(map(repr, missing))}; is it Moodle's "
-                             "grading worksheet (Download grading worksheet)?")
-        ident_at, when_at = columns["Identifier"], columns["Last modified (submission)"]
-        times = {}
-        for row in reader:
-            if len(row) <= max(ident_at, when_at):
-                continue
-            ident, text = row[ident_at].strip(), row[when_at].strip()
-            number = ident.rsplit(" ", 1)[-1]
-            if not number.isdigit() or text in ("", "-"):
-                continue
-            when = moodle_date(text, lang)
-            if when is None:
-                raise ValueError(f"{path} line {reader.line_num}: "
-                                 f"{MOODLE_HEADERS['Last modified (submission)'][lang]!r} "
-                                 f"{text!r} is not a date") from None
-            times[number] = when if when.tzinfo else when.replace(tzinfo=zone)
+    if not path.is_file():
+        raise FileNotFoundError(f"No Moodle grading worksheet at {path}")
+    table = read_table(path)
+    head = table.header()
+    lang = moodle_language(head)
+    columns = {k: moodle_header(head, k) for k in ("Identifier", "Last modified (submission)")}
+    missing = [MOODLE_HEADERS[k][lang] for k, i in columns.items() if i is None]
+    if missing:
+        raise ValueError(f"{path}: no column {', '.join(map(repr, missing))}; is it Moodle's "
+                         "grading worksheet (Download grading worksheet)?")
+    ident_at, when_at = columns["Identifier"], columns["Last modified (submission)"]
+    times = {}
+    for rec in table.records[1:]:
+        row = rec.values
+        if len(row) <= max(ident_at, when_at):
+            continue
+        ident, text = row[ident_at].strip(), row[when_at].strip()
+        number = ident.rsplit(" ", 1)[-1]
+        if not number.isdigit() or text in ("", "-"):
+            continue
+        when = moodle_date(text, lang)
+        if when is None:
+            raise ValueError(f"{path} line {rec.line}: "
+                             f"{MOODLE_HEADERS['Last modified (submission)'][lang]!r} "
+                             f"{text!r} is not a date") from None
+        times[number] = when if when.tzinfo else when.replace(tzinfo=zone)
     return times
 
 

@@ -1,7 +1,9 @@
 """An LMS's table file, read and written back byte for byte except the cells changed.
 
 Canvas, Moodle and Blackboard download their gradebooks as delimited text (comma, tab or
-semicolon; UTF-8 or UTF-16 with or without a byte order mark; any line ending). :func:`read_table`
+semicolon; UTF-8 or UTF-16 with or without a byte order mark, or a spreadsheet's re-save in
+Windows-1252 or Mac Roman; any line ending). It is the one decoder of every LMS table the grader
+reads (a gradebook, Moodle's worksheet and its times). :func:`read_table`
 keeps each record's raw text and where its cells are; :func:`write_table` writes the file again
 with only the chosen cells replaced, so that every other byte reaches the LMS as it left it.
 """
@@ -62,13 +64,15 @@ def _decode(data: bytes, path: Path) -> tuple:
             except UnicodeDecodeError as exc:
                 raise ExportError(f"{path}: starts with a {codec} byte order mark but is not "
                                   f"{codec} ({exc})") from None
-    for codec in ("utf-8", "cp1252"):    # cp1252: a file re-saved by Excel on Windows
+    # Excel's re-saves: Windows-1252 on Windows; Mac Roman ("CSV (Macintosh)") with CR line ends
+    mac = b"\r" in data and b"\n" not in data
+    for codec in ("utf-8",) + (("mac_roman", "cp1252") if mac else ("cp1252", "mac_roman")):
         try:
             return data.decode(codec), b"", codec
         except UnicodeDecodeError:
             continue
-    raise ExportError(f"{path}: neither UTF-8 nor Windows-1252 text; download the gradebook "
-                      "again and upload it unchanged")
+    raise ExportError(f"{path}: neither UTF-8, Windows-1252 nor Mac Roman text; download the "
+                      "gradebook again and upload it unchanged")
 
 
 DELIMITERS = (",", "\t", ";")
