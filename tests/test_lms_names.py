@@ -314,3 +314,28 @@ def test_an_excel_saved_worksheet_reads_in_every_command(moodle_class, course, c
     assert run.returncode == 0, run.stdout + run.stderr
     assert exported_grades(tmp_path, out, sheet, course) == {"Ann Smith": "20", "José Núñez": "18"}
     assert sheet.read_bytes().decode(codec) == text.replace("\n", newline)   # left as it was
+
+
+# ------------------------------------------------------------- Blackboard: Excel and leading zeros
+
+def test_a_blackboard_user_name_excel_stripped_of_its_zeros_is_matched_and_noted(tmp_path):
+    """Grade Centre downloaded, opened and saved in Excel (Windows-1252, 0012345 -> 12345): the
+    student graded as 0012345 finds the row, the export says how and writes the user name
+    back as Blackboard knows it; the rest of the file is as Excel left it."""
+    head = ('Last Name,First Name,Username,Student ID,Availability,'
+            '01 Toy [Total Pts: 10 Score] |103\r\n')
+    rows = ('Núñez,José,12345,S1,Available,\r\n'
+            'Kim,Alex,akim,S2,Available,\r\n')
+    book = tmp_path / "gc_ML101_fullgc_2026-12-01-12-00-00.csv"
+    book.write_bytes((head + rows).encode("cp1252"))
+    out = graded(tmp_path, {"0012345": 6, "akim": 3})
+    term = tmp_path / "term.toml"
+    term.write_text(f'[lessons.{ASSIGNMENT}]\nlms_column = "01 Toy"\n')
+    dest = tmp_path / "upload.csv"
+    run = cli("export", out, "--lms", "blackboard", "--gradebook", book, "--term", term,
+              "--out", dest)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "NOT FOUND" not in run.stdout
+    assert "0012345: matched the Username '12345'" in run.stdout and "leading zeros" in run.stdout
+    got = dest.read_bytes().decode("cp1252")
+    assert got == head + 'Núñez,José,0012345,S1,Available,10\r\nKim,Alex,akim,S2,Available,5\r\n'

@@ -14,7 +14,8 @@ per attempt) and its Grade Centre download.
   it is returned with ``problem`` set (it goes to "submissions that need you").
 - The gradebook: Grade Centre > Full Grade Centre > Work Offline > Download, students keyed by
   ``Username``, a column per item named ``<name> [Total Pts: N Score] |<id>``
-  (:class:`_Blackboard`).
+  (:class:`_Blackboard`). A number-only user name that a spreadsheet's re-save stripped of its
+  leading zeros (``0012345`` -> ``12345``) is matched, noted and written back whole.
 """
 import re
 from datetime import datetime
@@ -85,6 +86,29 @@ class _Blackboard(_Gradebook):
 
     def key(self, student_id):
         return student_id.strip().casefold()
+
+    def lookup(self, students, student_id):
+        """By the user name; a number-only user name with leading zeros (``0012345``) is also
+        found where a spreadsheet dropped them (Excel reads ``0012345`` as 12345), noted."""
+        key = self.key(student_id)
+        if key in students or not key.isdigit() or not key.startswith("0"):
+            return students.get(key), ""
+        record = students.get(key.lstrip("0") or "0")
+        if record is None:
+            return None, ""
+        return record, (f"{student_id}: matched the Username {self.display_key(record)!r} "
+                        f"(line {self.table.records[record].line}): a spreadsheet dropped its "
+                        f"leading zeros; the upload writes it back as {student_id!r}, the user "
+                        "name Blackboard knows")
+
+    def display_key(self, record):
+        return self.table.records[record].values[self.id_index]
+
+    def repair(self, record, student_id):
+        """The Username cell as Blackboard wrote it, where a spreadsheet dropped its zeros."""
+        if self.key(self.display_key(record)) != self.key(student_id):
+            return {self.id_index: student_id.strip()}
+        return {}
 
     def display(self, record):
         last, first = self.cell(record, "Last Name"), self.cell(record, "First Name")

@@ -136,6 +136,17 @@ class _Gradebook:
         """The gradebook key of a grades.csv student id (as students() keys the rows)."""
         return student_id
 
+    def lookup(self, students: dict, student_id: str) -> tuple:
+        """(record index or None, note): the row of ``student_id`` in ``students`` (as
+        students() returns them), and what export says of how it was found ("" when by its
+        key). The base finds it by its key only."""
+        return students.get(self.key(student_id)), ""
+
+    def repair(self, record: int, student_id: str) -> dict:
+        """{column index: text} to write into ``record``'s own cells so that the LMS finds
+        ``student_id`` there on upload (the base: nothing)."""
+        return {}
+
     def row_points(self, record: int) -> tuple:
         """(points possible, decimal comma, why not) of ``record``'s row, for a column whose
         points are per row (``Column.points`` None); the base has no such column."""

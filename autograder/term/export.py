@@ -197,13 +197,18 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     students = book.students()
     changes, graded_rows, filled_by, held_rows = {}, set(), {}, set()
     landing = {}     # (gradebook row, lesson) -> the student ids of grades.csv that land there
+    found = {}      # student id -> (gradebook row or None, how it was found)
     for row in rows:
-        record = students.get(book.key(row["student_id"]))
-        if record is not None:
-            landing.setdefault((record, row["assignment"]), set()).add(row["student_id"])
+        sid = row["student_id"]
+        found[sid] = found.get(sid) or book.lookup(students, sid)
+        if found[sid][0] is not None:
+            landing.setdefault((found[sid][0], row["assignment"]), set()).add(sid)
+    for sid, (_, how) in sorted(found.items()):
+        if how:
+            result.notes.append(how)
     for row in rows:
         sid, col = row["student_id"], result.columns.get(row["assignment"])
-        record = students.get(book.key(sid))
+        record = found[sid][0]
         if record is None:
             if sid not in result.unmatched_students and (only is None or row["assignment"] == only):
                 result.unmatched_students.append(sid)
@@ -256,6 +261,8 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
                                 f"{row['assignment']} kept {first}'s grade")
             continue
         changes[(record, col.index)] = text
+        for index, cell in book.repair(record, sid).items():    # Blackboard: zeros restored
+            changes[(record, index)] = ids.spreadsheet_safe(cell)
         result.filled[(sid, row["assignment"])] = text
         result.scale[(sid, row["assignment"])] = points_text(points, comma)
         graded_rows.add(record)
