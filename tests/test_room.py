@@ -162,3 +162,15 @@ def test_no_route_to_the_forbidden_module_earns_the_points(graded, name):
 def test_the_room_leaves_no_report_of_its_own(graded):
     _, report = graded
     assert not report.get("kernel") and not report.get("tampered"), json.dumps(report)[:500]
+
+
+def test_the_lessons_settings_come_along_but_not_its_experiments():
+    nb = _notebook()
+    nb.cells.insert(1, nbformat.v4.new_code_cell(
+        "import torch\ntorch.set_num_threads(1)\ntorch.manual_seed(0)\ntorch.backends.cudnn.benchmark = False\n"
+        "model = torch.nn.Linear(4, 4)\nprint(model(torch.ones(4)))\n"))
+    index = next(i for i, c in enumerate(nb.cells) if grade_id_of(c) == "test_plain")
+    program = room_program(nb, ["plain"], index + 1)
+    for wanted in ("import torch", "torch.set_num_threads(1)", "torch.manual_seed(0)", "cudnn.benchmark = False"):
+        assert wanted in program
+    assert "Linear" not in program and "print" not in program

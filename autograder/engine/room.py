@@ -72,9 +72,24 @@ def ruled_names(nb) -> dict:
     return found
 
 
+# Top-level calls that set how the library computes (threads, default dtype, determinism, seeds):
+# not bindings, but a ruled function computes in the room as in the notebook only with them.
+_SETTINGS = re.compile(r"^(torch\.(set_\w+|use_\w+|manual_seed)|(np|numpy)\.(random\.seed|set_\w+)|random\.seed)$")
+
+
+def _setting(stmt) -> bool:
+    """A statement like ``torch.set_num_threads(1)`` or ``torch.backends.cudnn.benchmark = False``."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        return bool(_SETTINGS.match(ast.unparse(stmt.value.func)))
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute):
+        return ast.unparse(stmt.targets[0]).startswith("torch.backends.")
+    return False
+
+
 def _statements(nb):
-    """(Bindings of every code cell that is not a test, {id(statement): (cell, position, tree)})."""
-    bindings, where = Bindings(), {}
+    """(Bindings of every code cell that is not a test, {id(statement): (cell, part, position,
+    statement)}, [the settings statements, as (cell, statement)])."""
+    bindings, where, settings = Bindings(), {}, []
     for number, cell in enumerate(nb.cells, start=1):
         if cell.cell_type != "code" or is_test_cell(cell):
             continue
@@ -85,16 +100,23 @@ def _statements(nb):
         for part, t in enumerate(trees):
             for position, stmt in enumerate(t.body):
                 where[id(stmt)] = (number, part, position, stmt)
+                if _setting(stmt):
+                    settings.append((number, stmt))
             bindings.add(t, number, lambda _node: "")
-    return bindings, where
+    return bindings, where, settings
 
 
 def room_program(nb, names, before: int) -> str:
     """The Python that defines ``names`` in a room as the notebook holds them when its cell
     number ``before`` (1-based, the test cell) runs: every statement their bindings are made of,
-    followed name by name, in notebook order, each in a ``try`` of its own."""
-    bindings, where = _statements(nb)
+    followed name by name, in notebook order, each in a ``try`` of its own; and the settings
+    made before it (``torch.set_num_threads(1)``, ``torch.manual_seed(0)``, :data:`_SETTINGS`)."""
+    bindings, where, settings = _statements(nb)
     chosen, seen, todo = {}, set(), list(names)
+    for cell, stmt in settings:
+        if cell < before:
+            chosen[id(stmt)] = where[id(stmt)]
+            todo.extend(n.id for n in free_loads(stmt))
     while todo:
         name = todo.pop()
         if name in seen:
