@@ -25,9 +25,10 @@ from autograder.config import work_config
 from autograder.journal import atomic_write
 from autograder.options import GradingOptions
 from autograder.engine.protocol import Report
+from autograder.engine.kernel.kernel_server import touches_the_grader
 from autograder.results import GRADED, Result
 
-__all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "reason_of",
+__all__ = ["Grader", "SandboxedAutograde", "nbgrader_config", "status_of", "library_changes", "reason_of",
            "SANDBOX_PREPROCESSORS"]
 
 # No nbgrader AssignLatePenalties: late penalties are applied once, when results become grades
@@ -53,15 +54,32 @@ def nbgrader_config(work, root, options: GradingOptions, db_url, run):
 
 
 def status_of(report: dict, review: list, options: GradingOptions) -> str:
-    """The status of a graded submission from the harness report and the repair's findings."""
+    """The status of a graded submission from the harness report and the repair's findings.
+
+    "needs manual review" means the grader's own machinery was touched, or the grader could not
+    finish: a change the kernel reported to a function of torch, numpy, math or the builtins in
+    the student's own kernel holds nothing (the tests ran outside it: :func:`library_changes`
+    says it in the notes), while the rules' watch, IPython's hooks and the channel do (issue 51)."""
     report = Report.from_dict(report) if isinstance(report, dict) else report
-    reasons = list(dict.fromkeys(review + report.reasons()))
+    held = Report.from_dict({**report.to_dict(), "tampered": [t for t in report.tampered if touches_the_grader(t)]})
+    reasons = list(dict.fromkeys(review + held.reasons()))
     if reasons:
         return "needs manual review: " + "; ".join(reasons)
     if report.timeouts:
         return (f"timed out: {', '.join(report.timeouts[:6])} ran past the "
                 f"{options.cell_timeout} s limit per cell (scored as failed)")
     return "graded"
+
+
+def library_changes(report) -> str:
+    """A note of what the notebook replaced in its own kernel that no grade depends on, or ""."""
+    report = Report.from_dict(report) if isinstance(report, dict) else report
+    changed = [t for t in report.tampered if not touches_the_grader(t)]
+    if not changed:
+        return ""
+    shown = ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else "")
+    return (f"the notebook replaced {shown} in its own kernel (the tests ran outside it, so no "
+            "grade depends on it)")
 
 
 def reason_of(text: str) -> str:
@@ -151,7 +169,7 @@ class Grader:
             res.notes.append("feedback failed: " + job.page_missing)
         if report.retry:   # the harness failed, not the student: grade it again next run
             res.retry = True
-        res.notes += [n for n in report.notes if n not in res.notes]
+        res.notes += [n for n in report.notes + [library_changes(report)] if n and n not in res.notes]
         if report.capped:
             res.notes.append(f"output capped in {len(report.capped)} cell(s) "
                              f"({self.options.cell_output_kb} KiB per cell, "
