@@ -11,11 +11,12 @@ from autograder.cells import grade_id_of, is_test_cell
 from autograder.config import list_assignments, work_config
 from autograder.mistakes import MISTAKES_FILE
 from autograder.publishing.seeds import answer_results, student_table
+from autograder.engine.audit import _rules_of
 from autograder.engine.partial import last_expression_problems
 
 SEED_TABLE = "seeds.md"   # a lesson's seed table (autograder.publishing.seeds), released without answer rows
 
-__all__ = ["BuildError", "generate_release", "build", "check_build", "check_test_cells"]
+__all__ = ["BuildError", "generate_release", "build", "check_build", "check_test_cells", "unread_rules"]
 
 
 class BuildError(RuntimeError):
@@ -96,11 +97,12 @@ def check_test_cells(root: Path) -> list:
     A test cell whose last statement is an expression is read as a partial-credit score
     (nbgrader's convention, autograder.engine.partial); one whose expression may carry a value of the
     student's code would be refused when grading (scored 0, sent for review), so it is reported
-    here first: ``solutions/<id>/<nb>.ipynb: test cell 'x': <why>``.
+    here first: ``solutions/<id>/<nb>.ipynb: test cell 'x': <why>``. So is every exercise rule
+    the grader cannot read (:func:`unread_rules`).
     """
     import nbformat
 
-    root, found = Path(root), []
+    root, found = Path(root), unread_rules(root)
     for a in list_assignments(root):
         for path in sorted((root / "solutions" / a).glob("*.ipynb")):
             for cell in nbformat.read(path, as_version=4).cells:
@@ -112,13 +114,38 @@ def check_test_cells(root: Path) -> list:
     return found
 
 
+def unread_rules(root: Path) -> list:
+    """Every exercise rule in a test cell of ``solutions/`` that the grader cannot read on its
+    trusted side (autograder.engine.audit._rules_of: an argument it cannot resolve without running
+    the cell), one line each: ``solutions/<id>/<nb>.ipynb: test cell 'x' (cell N): the rule
+    rules.f(fn, ...) cannot be read: its instead=NAME: why``. Such a rule would leave its lesson's
+    rule unread when grading, so it is the author's error; [] when every rule is read."""
+    root, found = Path(root), []
+    for a in list_assignments(root):
+        for path in sorted((root / "solutions" / a).glob("*.ipynb")):
+            for number, cell in enumerate(nbformat.read(path, as_version=4).cells, start=1):
+                if not is_test_cell(cell):
+                    continue
+                problems = []
+                _rules_of(cell.source, problems)
+                found += [f"{path.relative_to(root).as_posix()}: test cell '{grade_id_of(cell)}' "
+                          f"(cell {number}): {why}" for why in problems]
+    return found
+
+
 def build(root: Path) -> list:
     """Regenerate ``lessons/<id>/`` for every ``solutions/<id>/``; returns the ids written.
 
     Each lessons/<id>/ folder is replaced as a whole, so it holds exactly what nbgrader
     generates. The temporary gradebook is deleted; nothing else is written in the checkout.
+    Raises BuildError, before writing anything, when an exercise rule cannot be read
+    (:func:`unread_rules`): a lesson is never released with a rule the grader would not read.
     """
     root = Path(root)
+    unread = unread_rules(root)
+    if unread:
+        raise BuildError("exercise rules the grader cannot read (bind their arguments to "
+                         "constants in the test cell, before the rule's call):\n  " + "\n  ".join(unread))
     assignments = list_assignments(root)
     with tempfile.TemporaryDirectory(prefix="autograder-build-") as tmp:
         release = generate_release(root, assignments, Path(tmp))
