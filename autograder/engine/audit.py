@@ -49,7 +49,6 @@ from autograder.cells import grade_id_of, is_test_cell
 from autograder.engine.audit_code import code_in_strings, dynamic_code, machinery_touched, sequence_loops
 from autograder.engine.audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
 from autograder.engine.copies import copied_library_code, library_source_read
-from autograder.engine.rule_args import rule_calls
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 
@@ -68,6 +67,7 @@ class Audit:
     dynamic: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     machinery: list = field(default_factory=list)
+    ruled: list = field(default_factory=list)     # grade ids of the tests that state a rule
     read: int = 0
 
     def reasons(self) -> list:
@@ -85,8 +85,9 @@ class Audit:
         if self.machinery:
             shown = "; ".join(f"your In [{n}] {what}" for n, what in self.machinery[:4])
             more = f" and {len(self.machinery) - 4} more" if len(self.machinery) > 4 else ""
+            tests = ", ".join(repr(t) for t in self.ruled) or "the exercises with a rule"
             out.append(f"the notebook's code touches the grader's own machinery ({shown}{more}): check the "
-                       "points of the exercises with a rule")
+                       f"points of {tests}, whose rules are watched in the kernel")
         return out
 
     def review(self) -> str:
@@ -216,14 +217,28 @@ def _is_forbidden(dotted: str, forbid) -> str:
     return ""
 
 
-def _rules_of(test_source: str, problems: list | None = None) -> list:
+def _rules_of(test_source: str) -> list:
     """[(function name, forbid modules, instead, rule, over)] of each rule call in a test cell's
-    source (``over``: the ``over=`` of a ``no_loop``, "t" when not given). Arguments are read as
-    autograder.engine.rule_args says (literals, f-strings, constants the cell binds before the
-    call); a rule call that cannot be read is left out and, with ``problems`` (a list), said
-    there, for ``build --check`` to report as the author's error."""
+    source (``over``: the ``over=`` of a ``no_loop``, "t" when not given)."""
     tree = _parse(test_source)
-    return [] if tree is None else rule_calls(tree, RULES, problems)
+    found = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Name):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        if name not in RULES:
+            continue
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        try:
+            forbid = tuple(ast.literal_eval(kw["forbid"])) if "forbid" in kw else ()
+            instead = ast.literal_eval(kw["instead"]) if "instead" in kw else ""
+            over = ast.literal_eval(kw["over"]) if "over" in kw else "t"
+        except (ValueError, TypeError, SyntaxError):
+            continue
+        if (forbid or name == "no_loop") and all(isinstance(m, str) for m in forbid):
+            found.append((node.args[0].id, forbid, instead if isinstance(instead, str) else "", name, over))
+    return found
 
 
 def audit_notebook(nb, lesson_code=()) -> Audit:
@@ -250,7 +265,7 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
             bindings.add(t, number, names.dotted)
         if lesson_key(cell.source) not in lesson:
             student.extend((t, number) for t in trees)
-    out = Audit(read=len({n for _, n in student}))
+    out = Audit(read=len({n for _, n in student}), ruled=list(rules))
     if not rules:            # no rule to protect: what the code does is the tests' to judge
         return out
     student_cells = {n for _, n in student}

@@ -6,8 +6,7 @@ three single wrapping folders):
 - a folder per student, ``<student>/<assignment>/*.ipynb``, tolerating what exports do:
   notebooks nested deeper (``attempt_2/``), an ``<assignment>/`` folder inside one extra
   folder, notebooks loose in the student folder named after an assignment's notebook, one
-  student id under two spellings of case or of Unicode form (NFC, NFD: merged, the forms named
-  in its notes);
+  student id under two spellings of case (merged);
 - the "download all submissions" zips of Canvas, Moodle and Blackboard, whose file names say
   whose each file is (autograder.lms.layouts reads them with nbgrader's FileNameCollectorPlugin).
 
@@ -21,7 +20,6 @@ student's status. Files beside a notebook are carried to the grader up to nbgrad
 A student folder with no notebook at all is reported, not dropped.
 """
 import datetime as _dt
-import unicodedata
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -123,12 +121,10 @@ def _unknown_layout(tree, shown: str, assignments) -> str:
 
 
 def _from_folders(tree, root: Path, assignments, by_name: dict) -> list:
-    found, spellings = {}, {}
+    found = {}
     for student_dir in tree.dirs(root):
         student = tree.name(student_dir).strip()
-        key = same_id(student).lower()
-        spellings.setdefault(key, set()).add(student)
-        student = same_id(student)
+        key = student.lower()
         folders = []     # (path, assignment, note, is a folder)
         for d in tree.dirs(student_dir):
             inner = [dd for dd in tree.dirs(d) if tree.name(dd) in assignments]
@@ -162,30 +158,7 @@ def _from_folders(tree, root: Path, assignments, by_name: dict) -> list:
             found[(key, "?")] = Submission(student, "?", [], home=student_dir, problem=(
                 "no <assignment>/ folder inside the student folder"
                 + (f" (found: {', '.join(others[:3])})" if others else "")))
-    for (key, _), sub in found.items():
-        _look_alike(sub, spellings.get(key, ()))
     return list(found.values())
-
-
-def same_id(student: str) -> str:
-    """A student id as one id whatever Unicode form it was written in: NFC (a Mac writes
-    'José' decomposed, NFD; a browser or Windows composed: two ids that print the same)."""
-    return unicodedata.normalize("NFC", student)
-
-
-def _look_alike(sub: Submission, spellings) -> None:
-    """Name, in ``sub``'s notes, the spellings of its id that print the same but differ in
-    their bytes (NFC and NFD), read as one student."""
-    forms = sorted({s for s in spellings if same_id(s) == sub.student})
-    if len(forms) > 1:
-        sub.notes.append(f"'{sub.student}' came written {len(forms)} ways that print the same "
-                         f"(Unicode {', '.join(_form(s) for s in forms)}: "
-                         f"{', '.join(ascii(s) for s in forms)}); read as one student")
-
-
-def _form(text: str) -> str:
-    return ("NFC" if unicodedata.is_normalized("NFC", text) else
-            "NFD" if unicodedata.is_normalized("NFD", text) else "mixed")
 
 
 def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list:
@@ -199,10 +172,8 @@ def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list
     known.pop(None, None)
     default = (next(iter(known)) if len(known) == 1
                else assignments[0] if len(assignments) == 1 and not known else None)
-    found, by_student, spellings = {}, {}, {}
+    found, by_student = {}, {}
     for f in files:
-        spellings.setdefault(same_id(f.student), set()).add(f.student)
-        f.student = same_id(f.student)
         by_student.setdefault(f.student, []).append(f)
     for student, mine in by_student.items():
         ours = {by_name.get(normalise_name(base(f))) or default
@@ -237,8 +208,6 @@ def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list
                 sub.problem = f.problem
             if f.note and f.note not in sub.notes:    # Canvas: "marked late by Canvas"
                 sub.notes.append(f.note)
-    for (student, _), sub in found.items():
-        _look_alike(sub, spellings.get(student, ()))
     return list(found.values())
 
 

@@ -55,7 +55,9 @@ CASES = {
     "edited_test_cell": ("graded", 4, "'test_add' had been edited: restored"),
     "edited_test_and_metadata_lost": ("graded", 4, "'test_add' had been edited: restored"),
     "swallows_assertions": ("needs manual review", 0, "IPython custom exception handler"),
-    "patches_math_isclose": ("needs manual review", 5, "math.isclose"),
+    # issue 51: a function of the standard library or torch replaced in the student's own kernel is
+    # said in the notes, never held (the tests run outside the kernel); the grader's machinery is held
+    "patches_math_isclose": ("graded", 5, "math.isclose"),
     "shadows_builtin_abs": ("graded", 5, ""),      # tests use the real abs; a student's own is harmless
     "changes_points": ("needs manual review", 6, "grader settings of test cell 'test_add'"),
     "warning_on_stderr": ("graded", 6, ""),
@@ -68,7 +70,7 @@ CASES = {
     # exactly what it answered honestly, and is flagged where it tampered with the kernel.
     "rewrites_cells": ("needs manual review", 0, "blocked or rewritten"),
     "rewrites_asserts": ("needs manual review", 0, "IPython AST transformers"),
-    "patches_checks": ("needs manual review", 0, "math.isclose"),
+    "patches_checks": ("graded", 0, "math.isclose"),
     "equal_to_everything": ("graded", 0, ""),
     "exits_when_tested": ("needs manual review", 0, "the kernel died"),
     "reads_tests": ("graded", 6, ""),
@@ -118,19 +120,20 @@ L01_CASES = {
     "l01_swallows_on_blank": ("needs manual review", 0, "IPython custom exception handler"),
     "l01_colab_stripped": ("graded", 10, "re-attached by source similarity"),
     "l01_test_to_print": ("needs manual review", 0, "IPython input transformers"),
-    "l01_patches_checks": ("needs manual review", 0, "torch.allclose"),
+    "l01_patches_checks": ("graded", 0, "torch.allclose"),
     "l01_equal_objects": ("graded", 0, ""),
     "l01_exits_when_tested": ("needs manual review", 0, "the kernel died"),
-    # inspect.stack() and sys._getframe in an answer of a lesson with rules: held for review
-    # (autograder.engine.audit, issue 39), the points kept
-    "l01_prints_history": ("needs manual review", 10, "imports inspect"),
+    # inspect.stack() and sys._getframe in an answer of a lesson with rules: the tests run outside
+    # the kernel, so there is nothing to read there; graded (issue 51: the standard library holds nothing)
+    "l01_prints_history": ("graded", 10, ""),
     "l01_colab_stripped_filler": ("graded", 10, "re-attached by source similarity"),
     "l01_crlf": ("graded", 10, ""),
-    "l01_fills_its_space": ("needs manual review", 10, "imports ipykernel.connect"),
+    "l01_fills_its_space": ("needs manual review", 10, "imports ipykernel.connect, the kernel's own messaging"),
     # Issue 39: the rules' watcher swapped (the call is read in the source: that test fails),
-    # the library's source exec'd, the library's function pasted and renamed (held for review).
+    # the library's source exec'd, the library's function pasted and renamed (held for review, the
+    # reason naming the library's function).
     "l01_swaps_trace": ("needs manual review", 7, "replaces mlexp.rules.Trace"),
-    "l01_execs_library_source": ("needs manual review", 10, "imports inspect"),
+    "l01_execs_library_source": ("needs manual review", 10, "mlexp.ops.linear._recurrent, read with inspect.getsource"),
     "l01_pastes_library": ("needs manual review", 10, "_scan is the code of mlexp.ops.linear._recurrent"),
     "l01_rewrites_the_report": ("needs manual review", 7, "IPython's shell"),
 }
