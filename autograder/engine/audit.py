@@ -49,6 +49,7 @@ from autograder.cells import grade_id_of, is_test_cell
 from autograder.engine.audit_code import code_in_strings, dynamic_code, machinery_touched, sequence_loops
 from autograder.engine.audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
 from autograder.engine.copies import copied_library_code, library_source_read
+from autograder.engine.rule_args import rule_calls
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 
@@ -217,28 +218,14 @@ def _is_forbidden(dotted: str, forbid) -> str:
     return ""
 
 
-def _rules_of(test_source: str) -> list:
+def _rules_of(test_source: str, problems: list | None = None) -> list:
     """[(function name, forbid modules, instead, rule, over)] of each rule call in a test cell's
-    source (``over``: the ``over=`` of a ``no_loop``, "t" when not given)."""
+    source (``over``: the ``over=`` of a ``no_loop``, "t" when not given). Arguments are read as
+    autograder.engine.rule_args says (literals, f-strings, constants the cell binds before the
+    call); a rule call that cannot be read is left out and, with ``problems`` (a list), said
+    there, for ``build --check`` to report as the author's error."""
     tree = _parse(test_source)
-    found = []
-    for node in ast.walk(tree) if tree is not None else ():
-        if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Name):
-            continue
-        f = node.func
-        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-        if name not in RULES:
-            continue
-        kw = {k.arg: k.value for k in node.keywords if k.arg}
-        try:
-            forbid = tuple(ast.literal_eval(kw["forbid"])) if "forbid" in kw else ()
-            instead = ast.literal_eval(kw["instead"]) if "instead" in kw else ""
-            over = ast.literal_eval(kw["over"]) if "over" in kw else "t"
-        except (ValueError, TypeError, SyntaxError):
-            continue
-        if (forbid or name == "no_loop") and all(isinstance(m, str) for m in forbid):
-            found.append((node.args[0].id, forbid, instead if isinstance(instead, str) else "", name, over))
-    return found
+    return [] if tree is None else rule_calls(tree, RULES, problems)
 
 
 def audit_notebook(nb, lesson_code=()) -> Audit:
