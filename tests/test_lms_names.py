@@ -114,13 +114,17 @@ def test_canvas_names_through_grade(course, tmp_path):
     the PDF, the uncertain file a rejected row naming the file; no row for user 2."""
     zpath = write_zip(tmp_path / "submissions.zip", {
         "o_brien_555_666_report.pdf": b"%PDF-1.4",
-        f"smith_2_12345_67890_{NOTEBOOK}": b"{}"})
+        f"smith_2_12345_67890_{NOTEBOOK}": b"{}",
+        f"leeamy_{NOTEBOOK}": b"{}"})                 # no ids at all: fits no Canvas name
     out = tmp_path / "out"
     run = cli("--course", course, "grade", zpath, "--out", out, "--no-progress")
     rows = grades(out)
     assert set(rows) == {("o_brien_555", ASSIGNMENT),
-                         (f"smith_2_12345_67890_{NOTEBOOK} (owner not certain)", ASSIGNMENT)}, (
+                         (f"smith_2_12345_67890_{NOTEBOOK} (owner not certain)", ASSIGNMENT),
+                         (f"leeamy_{NOTEBOOK} (owner not certain)", ASSIGNMENT)}, (
         run.stdout, run.stderr)
+    nameless = rows[(f"leeamy_{NOTEBOOK} (owner not certain)", ASSIGNMENT)]["status"]
+    assert nameless.startswith("rejected: owner not certain") and "fits no Canvas" in nameless
     pdf = rows[("o_brien_555", ASSIGNMENT)]["status"]
     assert pdf.startswith("rejected: no .ipynb file") and "report.pdf" in pdf
     unsure = rows[(f"smith_2_12345_67890_{NOTEBOOK} (owner not certain)", ASSIGNMENT)]["status"]
@@ -339,3 +343,30 @@ def test_a_blackboard_user_name_excel_stripped_of_its_zeros_is_matched_and_noted
     assert "0012345: matched the Username '12345'" in run.stdout and "leading zeros" in run.stdout
     got = dest.read_bytes().decode("cp1252")
     assert got == head + 'Núñez,José,0012345,S1,Available,10\r\nKim,Alex,akim,S2,Available,5\r\n'
+
+
+# ------------------------------------------------------------- look-alike ids (NFC, NFD)
+
+def test_look_alike_ids_are_one_student_named_at_intake(course, blank, tmp_path):
+    """'José' composed (NFC, from Windows or a browser) and decomposed (NFD, a Mac's zip): one
+    row, whose notes name both forms; not two rows that print the same."""
+    import unicodedata
+    nfc, nfd = unicodedata.normalize("NFC", "José"), unicodedata.normalize("NFD", "José")
+    assert nfc != nfd
+    zpath = write_zip(tmp_path / "class.zip", {f"{nfc}/{ASSIGNMENT}/notes.pdf": b"%PDF",
+                                               f"{nfd}/{ASSIGNMENT}/answers.docx": b"PK",
+                                               f"bo/{ASSIGNMENT}/x.txt": b"x"})
+    out = tmp_path / "out"
+    cli("--course", course, "grade", zpath, "--out", out, "--no-progress")
+    rows = grades(out)
+    assert sorted(rows) == [("Jos\u00e9", ASSIGNMENT), ("bo", ASSIGNMENT)]
+    row = rows[(nfc, ASSIGNMENT)]
+    assert "answers.docx" in row["status"] and "notes.pdf" in row["status"]
+    assert "NFC" in row["notes"] and "NFD" in row["notes"] and "print the same" in row["notes"]
+    # an LMS zip: Moodle's names, one participant id in two forms
+    zpath = write_zip(tmp_path / "moodle.zip", {
+        f"{nfc}_1002_assignsubmission_file_/{NOTEBOOK}": tagged(blank, "nfc"),
+        f"{nfd}_1002_assignsubmission_file_/data.txt": b"1"})
+    [sub] = collect(zpath, [ASSIGNMENT], tmp_path / "u", NAMES)
+    assert sub.student == f"{nfc}_1002" and len(sub.notebooks) == 1
+    assert any("NFD" in n for n in sub.notes)

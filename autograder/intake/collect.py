@@ -6,7 +6,8 @@ three single wrapping folders):
 - a folder per student, ``<student>/<assignment>/*.ipynb``, tolerating what exports do:
   notebooks nested deeper (``attempt_2/``), an ``<assignment>/`` folder inside one extra
   folder, notebooks loose in the student folder named after an assignment's notebook, one
-  student id under two spellings of case (merged);
+  student id under two spellings of case or of Unicode form (NFC, NFD: merged, the forms named
+  in its notes);
 - the "download all submissions" zips of Canvas, Moodle and Blackboard, whose file names say
   whose each file is (autograder.lms.layouts reads them with nbgrader's FileNameCollectorPlugin).
 
@@ -20,12 +21,14 @@ student's status. Files beside a notebook are carried to the grader up to nbgrad
 A student folder with no notebook at all is reported, not dropped.
 """
 import datetime as _dt
+import unicodedata
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.lms import layouts as lms
+from autograder.lms.base import by_layout, unclaimed_id
 from autograder.options import GradingOptions
 from autograder.intake.repair import normalise_name
 from autograder.intake.unpack import (DATA_DIR_BYTES, DATA_FILE_BYTES, IGNORED_NAMES, LINK, ZIP_FLOOR,
@@ -87,18 +90,36 @@ def _find_root(tree, assignments, by_name: dict) -> tuple:
         folder = tree.base
         for _ in range(4):
             if strict:
-                layout, files, _ = lms.match_layout(
+                layout, files, unmatched = lms.match_layout(
                     [tree.rel(p, folder) for p in tree.files(folder, True)],
                     read=lambda rel, folder=folder: _small_text(tree, folder / rel))
                 if layout:
-                    return folder, layout, files
+                    return folder, layout, files, unmatched
             if _looks_like_class(tree, folder, assignments, by_name, strict):
-                return folder, "folder", None
+                return folder, "folder", None, []
             subdirs = tree.dirs(folder)
             if len(subdirs) != 1:
                 break
             folder = subdirs[0]
-    return None, None, None
+    return None, None, None, []
+
+
+def _nameless(tree, root: Path, unmatched: list, layout: str, assignments, by_name) -> list:
+    """A rejected row for each file of an LMS export whose name fits none of that LMS's names:
+    whose it is cannot be read, so it is no one's, and it is never dropped unseen."""
+    subs = []
+    for rel in unmatched:
+        name = rel.rsplit("/", 1)[-1]
+        if name.startswith(".") or any(part in IGNORED_NAMES for part in rel.split("/")):
+            continue
+        a = (by_name.get(normalise_name(name)) if _is_notebook(name) else None) or (
+            assignments[0] if len(assignments) == 1 else "?")
+        lms_of = by_layout(layout)
+        shape = f" ({lms_of.described})" if lms_of is not None and lms_of.described else ""
+        subs.append(Submission(unclaimed_id(rel), a, [], other_files=[name], problem=(
+            f"owner not certain: '{rel}' fits no {layout} file name{shape}; it is no one's "
+            "until you decide: rename it as the LMS names its owner's files and grade again")))
+    return subs
 
 
 def _unknown_layout(tree, shown: str, assignments) -> str:
@@ -121,10 +142,12 @@ def _unknown_layout(tree, shown: str, assignments) -> str:
 
 
 def _from_folders(tree, root: Path, assignments, by_name: dict) -> list:
-    found = {}
+    found, spellings = {}, {}
     for student_dir in tree.dirs(root):
         student = tree.name(student_dir).strip()
-        key = student.lower()
+        key = same_id(student).lower()
+        spellings.setdefault(key, set()).add(student)
+        student = same_id(student)
         folders = []     # (path, assignment, note, is a folder)
         for d in tree.dirs(student_dir):
             inner = [dd for dd in tree.dirs(d) if tree.name(dd) in assignments]
@@ -158,7 +181,30 @@ def _from_folders(tree, root: Path, assignments, by_name: dict) -> list:
             found[(key, "?")] = Submission(student, "?", [], home=student_dir, problem=(
                 "no <assignment>/ folder inside the student folder"
                 + (f" (found: {', '.join(others[:3])})" if others else "")))
+    for (key, _), sub in found.items():
+        _look_alike(sub, spellings.get(key, ()))
     return list(found.values())
+
+
+def same_id(student: str) -> str:
+    """A student id as one id whatever Unicode form it was written in: NFC (a Mac writes
+    'José' decomposed, NFD; a browser or Windows composed: two ids that print the same)."""
+    return unicodedata.normalize("NFC", student)
+
+
+def _look_alike(sub: Submission, spellings) -> None:
+    """Name, in ``sub``'s notes, the spellings of its id that print the same but differ in
+    their bytes (NFC and NFD), read as one student."""
+    forms = sorted({s for s in spellings if same_id(s) == sub.student})
+    if len(forms) > 1:
+        sub.notes.append(f"'{sub.student}' came written {len(forms)} ways that print the same "
+                         f"(Unicode {', '.join(_form(s) for s in forms)}: "
+                         f"{', '.join(ascii(s) for s in forms)}); read as one student")
+
+
+def _form(text: str) -> str:
+    return ("NFC" if unicodedata.is_normalized("NFC", text) else
+            "NFD" if unicodedata.is_normalized("NFD", text) else "mixed")
 
 
 def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list:
@@ -172,8 +218,10 @@ def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list
     known.pop(None, None)
     default = (next(iter(known)) if len(known) == 1
                else assignments[0] if len(assignments) == 1 and not known else None)
-    found, by_student = {}, {}
+    found, by_student, spellings = {}, {}, {}
     for f in files:
+        spellings.setdefault(same_id(f.student), set()).add(f.student)
+        f.student = same_id(f.student)
         by_student.setdefault(f.student, []).append(f)
     for student, mine in by_student.items():
         ours = {by_name.get(normalise_name(base(f))) or default
@@ -208,6 +256,8 @@ def _from_lms(tree, root: Path, files: list, assignments, by_name: dict) -> list
                 sub.problem = f.problem
             if f.note and f.note not in sub.notes:    # Canvas: "marked late by Canvas"
                 sub.notes.append(f.note)
+    for (student, _), sub in found.items():
+        _look_alike(sub, spellings.get(student, ()))
     return list(found.values())
 
 
@@ -291,13 +341,14 @@ def collect(source, assignments, unpack_dir: Path, notebook_names=None,
     else:
         tree = Tree(source)
     by_name = {normalise_name(n): a for a, names in (notebook_names or {}).items() for n in names}
-    root, layout, files = _find_root(tree, assignments, by_name)
+    root, layout, files, unmatched = _find_root(tree, assignments, by_name)
     if root is None:
         raise ValueError(_unknown_layout(tree, str(source), assignments))
     if layout == "folder":
         subs = _from_folders(tree, root, assignments, by_name)
     else:
-        subs = _from_lms(tree, root, files, assignments, by_name)
+        subs = (_from_lms(tree, root, files, assignments, by_name)
+                + _nameless(tree, root, unmatched, layout, list(assignments), by_name))
     subs = _settle(tree, subs, root)
     for sub in subs:
         sub.layout = layout

@@ -19,7 +19,7 @@ Everything outside ``lms/`` that names or lists the LMSs reads :data:`LMSS`.
 """
 from dataclasses import dataclass
 
-__all__ = ["Lms", "LmsFile", "LMSS", "register", "by_layout"]
+__all__ = ["Lms", "LmsFile", "LMSS", "register", "by_layout", "unclaimed_id"]
 
 
 @dataclass
@@ -57,6 +57,12 @@ class Lms:
         the plugin's groups (None: the name does not fit), ``read(rel)`` returns a small file's
         text or None (or is None itself). The base returns ``files`` as they are."""
         return files
+
+
+def unclaimed_id(rel: str) -> str:
+    """The row id of a file of an LMS export whose owner is not certain: its own name, ending so
+    that no LMS user id can be read from it (never ``_<digits>`` at the end)."""
+    return f"{rel} (owner not certain)"
 
 
 LMSS = {}     # name -> Lms, in the order the modules register (collect prefers the first on a tie)

@@ -18,9 +18,10 @@
 The REST client of ``canvas pull`` / ``canvas push`` is ``lms/canvas_api.py``.
 """
 import re
+import unicodedata
 from dataclasses import dataclass
 
-from autograder.lms.base import Lms, LmsFile, register
+from autograder.lms.base import Lms, LmsFile, register, unclaimed_id
 from autograder.lms.gradebooks import (Column, _Gradebook, _no_column, decimal_comma, number_of,
                                        trailing_number)
 from autograder.lms.table import ExportError
@@ -66,10 +67,8 @@ def canvas_splits(base: str) -> list:
     return out
 
 
-def unclaimed_id(rel: str) -> str:
-    """The row id of a file whose owner is not certain: its own name, ending so that no LMS
-    user id can be read from it."""
-    return f"{rel} (owner not certain)"
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)
 
 
 def _settle_splits(splits: dict) -> dict:
@@ -87,13 +86,13 @@ def _settle_splits(splits: dict) -> dict:
         names, files = {}, {}
         for rel, found in left.items():
             if len(found) == 1:
-                names.setdefault(found[0].user_id, set()).add(found[0].name)
+                names.setdefault(found[0].user_id, set()).add(_nfc(found[0].name))
                 files.setdefault(found[0].file_no, set()).add(rel)
         for rel, found in left.items():
             if len(found) < 2:
                 continue
             kept = [s for s in found
-                    if names.get(s.user_id, {s.name}) == {s.name}
+                    if names.get(s.user_id, {_nfc(s.name)}) == {_nfc(s.name)}
                     and not files.get(s.file_no, set()) - {rel}]
             if kept and len(kept) < len(found):
                 left[rel], changed = kept, True
