@@ -94,8 +94,12 @@ def test_a_canvas_name_with_underscores_and_digits_keeps_its_owner(tmp_path, bla
         f"kim_LATE_77_88_01_{NOTEBOOK}": "kim_77",
     }
     zpath = write_zip(tmp_path / "submissions.zip", {k: tagged(blank, v) for k, v in entries.items()})
-    got = owners(collect(zpath, [ASSIGNMENT], tmp_path / "u", NAMES))
-    assert got == {v: v for v in entries.values()}
+    subs = collect(zpath, [ASSIGNMENT], tmp_path / "u", NAMES)
+    assert owners(subs) == {v: v for v in entries.values()}
+    # settled by the rule that a name holds no two numbers in a row: said, with the other reading
+    [note] = next(s for s in subs if s.student == "smithann_12345").notes
+    assert "smithann_12345_67890_lab_3 (Canvas user 3)" in note and "two numbers in a row" in note
+    assert next(s for s in subs if s.student == "o_brien_555").notes == []
 
 
 def test_a_canvas_name_no_reading_settles_is_a_rejected_row_naming_the_file(tmp_path, blank):

@@ -71,15 +71,9 @@ def _nfc(name: str) -> str:
     return unicodedata.normalize("NFC", name)
 
 
-def _settle_splits(splits: dict) -> dict:
-    """{rel: [Split]} narrowed to what the whole zip allows: a name holding two ids in a row is
-    no sortable name (it swallowed what Canvas writes after one) while another reading is left;
-    a user id has one name in one zip, and a file id belongs to one file; a file read one way
-    only settles those for the others. Returns {rel: [Split]}, one Split where it is certain."""
-    left = {}
-    for rel, found in splits.items():
-        plain = [s for s in found if not _TWO_IDS.search(s.name)]
-        left[rel] = plain or found
+def _by_evidence(left: dict) -> None:
+    """Narrow ``left`` ({rel: [Split]}) in place by what the files read one way only settle: a
+    user id has one name in one zip, and a file id belongs to one file."""
     changed = True
     while changed:
         changed = False
@@ -96,7 +90,24 @@ def _settle_splits(splits: dict) -> dict:
                     and not files.get(s.file_no, set()) - {rel}]
             if kept and len(kept) < len(found):
                 left[rel], changed = kept, True
-    return left
+
+
+def _settle_splits(splits: dict) -> tuple:
+    """({rel: [Split]}, {rel: [Split]}): the readings of each file the whole zip allows (one
+    Split where it is certain), and for a file settled only by the rule that a sortable name
+    holds no two ids in a row (so ``lab_3_2_final.ipynb`` is a file name, not the end of a
+    name), the readings that rule set aside, for its note. The zip's evidence (_by_evidence)
+    comes first; then that rule, where it leaves another reading; then the evidence again."""
+    left = {rel: list(found) for rel, found in splits.items()}
+    _by_evidence(left)
+    set_aside = {}
+    for rel, found in left.items():
+        plain = [s for s in found if not _TWO_IDS.search(s.name)]
+        if len(found) > 1 and plain and len(plain) < len(found):
+            set_aside[rel] = [s for s in found if s not in plain]
+            left[rel] = plain
+    _by_evidence(left)
+    return left, {rel: aside for rel, aside in set_aside.items() if len(left[rel]) == 1}
 
 
 class _Canvas(_Gradebook):
@@ -153,14 +164,21 @@ class Canvas(Lms):
     def settle(self, files, found, read):
         """Each file's owner from every reading of its name the zip allows (module docstring);
         a file left with two owners is its own row, rejected, naming the file and both."""
-        left = _settle_splits({f.rel: canvas_splits(f.rel) for f in files})
+        left, aside = _settle_splits({f.rel: canvas_splits(f.rel) for f in files})
         out = []
         for f in files:
             found = left.get(f.rel) or []
             if len(found) == 1:
                 s = found[0]
+                notes = [self.late_note] if s.late else []
+                if f.rel in aside:     # no certainty but the name rule: the instructor sees it
+                    others = " or ".join(f"{x.student} (Canvas user {x.user_id})"
+                                         for x in aside[f.rel])
+                    notes.append(f"Canvas file '{f.rel}' read as {s.student} (Canvas user "
+                                 f"{s.user_id}), its own file name '{s.file_id}'; it would read "
+                                 f"as {others} only if that name held two numbers in a row")
                 out.append(LmsFile(f.rel, s.student, s.file_id, late=s.late,
-                                   note=self.late_note if s.late else ""))
+                                   note="; ".join(notes)))
                 continue
             owners = " or ".join(f"{s.student} (Canvas user {s.user_id})" for s in found)
             out.append(LmsFile(f.rel, unclaimed_id(f.rel), found[-1].file_id if found else f.file_id,
