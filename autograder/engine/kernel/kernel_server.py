@@ -17,7 +17,7 @@ if __package__:   # on the trusted side; in the kernel the codec's source runs a
     from .wire import WIRE_MIME, WireError, decode, encode, visible
     from .wire_format import _SURROGATE
 
-__all__ = ["KernelServer", "kernel_safe_messages", "touches_the_grader", "STUDENT_SIDE"]
+__all__ = ["KernelServer", "kernel_safe_messages"]
 
 _IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 _KERNEL_MANAGED = frozenset({"input", "raw_input", "getpass"})   # swapped at every execution
@@ -86,20 +86,6 @@ WATCHED_MODULES = ("builtins", "math", "operator", "functools", "cmath", "statis
 # Of these, the library's own classes are watched too, with their methods (a watcher class
 # swapped for a subclass whose report hides a call, or a method replaced on the class).
 CLASS_MODULES = ("mlexp", "mlexp.")
-# What a change reported here can reach (issue 51). The tests run outside the kernel, on data,
-# so a function of these modules replaced in the kernel changes only what the student's own code
-# computes there, which the tests check: it is said, never held. Everything else reported is the
-# grader's own machinery: the rules' watch and the modules a rule forbids (the watch's evidence),
-# IPython's hooks around every cell (the grader's requests run as cells) and the way replies leave
-# the kernel (the channel).
-STUDENT_SIDE = ("builtins.", "math.", "operator.", "functools.", "cmath.", "statistics.", "json.",
-                "numpy.", "torch.", "IPython.display.", "IPython.core.display_functions.")
-
-
-def touches_the_grader(name: str) -> bool:
-    """Whether a change this server reported (a name of :meth:`KernelServer.tamper_report`, or
-    the harness's own findings about the channel) is to the grader's machinery."""
-    return not str(name).startswith(STUDENT_SIDE)
 
 
 def _watched_functions():
