@@ -435,14 +435,18 @@ def _forge(value):
     publish_display_data({MIME: {'value': value, 'nonce': _the_request().get('nonce', '')}})
 
 
-def mean_forged_then_exit(xs):     # the right value forged, and no reply of the kernel side's
+def mean_forged_then_interrupted(xs):   # the right value forged, and no reply of the kernel side's
     _forge(3.0)
-    raise SystemExit
+    raise KeyboardInterrupt           # (sys.exit() is the call's error, answered by the kernel side)
 
 
 def mean_forged_twice(xs):         # the same with the request's nonce, then the kernel side's own reply
     _forge(3.0)
     return 0.0
+
+
+def mean_exits(xs):                # no forgery: the call's error, answered by the kernel side
+    sys.exit(3)
 
 
 def mean_honest(xs):
@@ -458,7 +462,7 @@ assert got == 3.0, "Hint: the mean of 1, 2, 3 and 6 is 3"
 
 @pytest.mark.slow
 def test_a_reply_forged_by_the_called_function_is_never_read(tmp_path):
-    names = ["mean_forged_then_exit", "mean_forged_twice", "mean_honest"]
+    names = ["mean_forged_then_interrupted", "mean_forged_twice", "mean_exits", "mean_honest"]
     cells = [_solution("answer", FORGER)] + [_test(f"test_{n}", 1, MEAN_TEST.format(name=n)) for n in names]
     executed, report = run_submission(nbformat.v4.new_notebook(cells=cells), tmp_path,
                                       GradingOptions(cell_timeout=60))
@@ -466,9 +470,11 @@ def test_a_reply_forged_by_the_called_function_is_never_read(tmp_path):
               for c in executed.cells[1:]}
     assert not report["kernel"], report
     assert errors["test_mean_honest"] == [], errors
-    for name, why in (("mean_forged_then_exit", "did not end cleanly"), ("mean_forged_twice", "2 replies")):
+    for name, why in (("mean_forged_then_interrupted", "did not end cleanly"), ("mean_forged_twice", "2 replies")):
         assert errors[f"test_{name}"], f"{name}: the reply it forged was read as the kernel side's"
         [err] = errors[f"test_{name}"]
         assert "not answered" in err["evalue"] and why in err["evalue"] and "Hint" not in err["evalue"], err
+    [err] = errors["test_mean_exits"]
+    assert (err["ename"], err["evalue"]) == ("RuntimeError", "SystemExit: 3"), err
     [touched] = [t for t in report["tampered"] if t.startswith("the grader's channel was touched")]
     assert "2 replies to one request" in touched and "did not end cleanly" in touched, report

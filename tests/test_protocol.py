@@ -102,3 +102,22 @@ def test_the_kernel_side_echoes_the_nonce_it_was_sent():
     server.kernel_request(KernelRequest.lookup("x").to_json())
     server.kernel_request("not json")
     assert sent[0] == {"value": 3, "nonce": "c0ffee"} and "nonce" not in sent[1] and "error" in sent[2]
+
+
+def test_a_function_that_exits_is_answered_with_its_error():
+    """sys.exit() (or an exception class of the student's own outside Exception) in a function a
+    test calls is the call's error, answered by the kernel side: it cannot end the request cell
+    before the reply, and an honest exit is no tampering."""
+    import sys
+
+    from autograder.engine.kernel.kernel_server import KernelServer
+    from autograder.engine.kernel.wire import encode
+
+    def leaves():
+        sys.exit(3)
+    server = KernelServer(namespace=lambda: {"leaves": leaves}, publish=print)
+    assert "value" in server.lookup("leaves") and server.refs == [leaves]
+    reply = KernelReply.from_dict(server.call({"ref": 0, "args": encode(()), "kwargs": encode({})}))
+    assert reply.error["types"][:2] == ["SystemExit", "BaseException"]
+    exc = reply.raised()
+    assert type(exc) is RuntimeError and str(exc) == "SystemExit: 3"

@@ -282,7 +282,8 @@ class KernelReply:
 
     def raised(self):
         """The exception the kernel raised, as the same built-in type here (RuntimeError for
-        any other type), or None when the request succeeded."""
+        any other type, such as SystemExit, its name before the message), or None when the
+        request succeeded."""
         import builtins
         if self.error is None:
             return None
@@ -292,4 +293,5 @@ class KernelReply:
             cls = getattr(builtins, str(name), None)
             if isinstance(cls, type) and issubclass(cls, Exception):
                 return cls(message)
-        return RuntimeError(message)
+        kind = str(err.get("type", ""))[:100]
+        return RuntimeError(f"{kind}: {message}" if kind and kind not in message else message)

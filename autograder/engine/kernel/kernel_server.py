@@ -237,16 +237,13 @@ class KernelServer:
         nonce, is the cell's only reply and the cell then ends cleanly, so publishing is the last
         thing done here (KernelReply.of_request).
         """
-        nonce = None
         try:
             req = json.loads(text)
-            nonce = req.pop("nonce", None) if isinstance(req, dict) else None
             reply = self.answer(req)
         except Exception as exc:   # not JSON
-            reply = _exception(exc)
-        if isinstance(nonce, str):
-            reply = {**reply, "nonce": nonce}
-        self.publish(reply)
+            req, reply = None, _exception(exc)
+        nonce = req.get("nonce") if isinstance(req, dict) else None
+        self.publish({**reply, "nonce": nonce} if isinstance(nonce, str) else reply)
 
     def lookup(self, name):
         """Answer a lookup of the student's global ``name``."""
@@ -294,8 +291,10 @@ class KernelServer:
                         result = fn(*args, **dict(kwargs))
                 else:
                     result = fn(*args, **dict(kwargs))
-        except Exception as exc:   # the student's exception, reported as data
-            return _exception(exc)
+        except KeyboardInterrupt:  # the harness's interrupt at a time limit ends the cell
+            raise
+        except BaseException as exc:   # the student's exception, sys.exit() too (the function
+            return _exception(exc)     # cannot end the request cell before the reply), as data
         outputs = []
         try:
             reply = {"value": encode(result, kernel=True, refs=self.refs,
