@@ -97,17 +97,28 @@ def _settle_splits(splits: dict) -> tuple:
     Split where it is certain), and for a file settled only by the rule that a sortable name
     holds no two ids in a row (so ``lab_3_2_final.ipynb`` is a file name, not the end of a
     name), the readings that rule set aside, for its note. The zip's evidence (_by_evidence)
-    comes first; then that rule, where it leaves another reading; then the evidence again."""
+    comes first; then that rule, where it leaves one reading."""
     left = {rel: list(found) for rel, found in splits.items()}
     _by_evidence(left)
-    set_aside = {}
+    before, set_aside = dict(left), {}
     for rel, found in left.items():
         plain = [s for s in found if not _TWO_IDS.search(s.name)]
-        if len(found) > 1 and plain and len(plain) < len(found):
+        if len(found) > 1 and len(plain) == 1:
             set_aside[rel] = [s for s in found if s not in plain]
             left[rel] = plain
-    _by_evidence(left)
-    return left, {rel: aside for rel, aside in set_aside.items() if len(left[rel]) == 1}
+    # what the rule settled is no evidence for others; two files it settled that contradict
+    # each other (one user id, two names; one file id, two files) are both uncertain again
+    users, file_ids = {}, {}
+    for rel, found in left.items():
+        if len(found) == 1:
+            users.setdefault(found[0].user_id, set()).add(_nfc(found[0].name))
+            file_ids.setdefault(found[0].file_no, set()).add(rel)
+    for rel in list(set_aside):
+        s = left[rel][0]
+        if len(users[s.user_id]) > 1 or len(file_ids[s.file_no]) > 1:
+            left[rel] = before[rel]
+            del set_aside[rel]
+    return left, set_aside
 
 
 class _Canvas(_Gradebook):
