@@ -111,6 +111,12 @@ def test_a_canvas_name_no_reading_settles_is_a_rejected_row_naming_the_file(tmp_
     assert sub.student == f"{name} (owner not certain)"
     assert "owner not certain" in sub.problem and name in sub.problem
     assert "smith_2 (Canvas user 2)" in sub.problem and "smith_2_12345 (Canvas user 12345)" in sub.problem
+    # two files the name rule alone would settle, that contradict each other (one user id, two
+    # names): neither is anyone's
+    both = [f"ann_100_200_lab_3_2_{NOTEBOOK}", f"bob_100_300_lab_3_2_{NOTEBOOK}"]
+    zpath = write_zip(tmp_path / "two.zip", {n: blank for n in both})
+    subs = collect(zpath, [ASSIGNMENT], tmp_path / "u2", NAMES)
+    assert sorted(s.student for s in subs) == [f"{n} (owner not certain)" for n in both]
 
 
 def test_canvas_names_through_grade(course, tmp_path):
