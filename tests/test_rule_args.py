@@ -104,10 +104,25 @@ def test_a_rule_that_cannot_be_read_is_said_never_skipped(source, said):
     assert problem.startswith("the rule rules.") and "cannot be read" in problem and said in problem, problem
 
 
+@pytest.mark.parametrize("source, said", [
+    ("from mlexp.rules import write_it_yourself as mine\nmine(mul, 2, forbid=('mlexp.ops',), instead='x')\n",
+     "the rule write_it_yourself is imported as mine"),
+    ("from mlexp import rules\ncheck = rules.no_loop\ncheck(mul, make)\n", "the rule rules.no_loop is used other"),
+    ("import mlexp.rules as R\nfor rule in (R.bounded,):\n    rule(mul, 2, limit=4, bound='b')\n",
+     "the rule R.bounded is used other"),
+])
+def test_a_rule_called_under_another_name_is_said(source, said):
+    problems = []
+    assert _rules_of(source, problems) == []
+    [problem] = problems
+    assert problem.startswith(said), problem
+
+
 def test_calls_that_state_no_rule_are_not_problems():
     problems = []
     source = ("import subprocess\nfrom mlexp import rules\nsubprocess.call(['true'])\n"
-              "got, trace = rules.call(mul, 2, 3)\nrules.write_it_yourself(mul, 2, 3, forbid=(), instead='x')\n")
+              "got, trace = rules.call(mul, 2, 3)\nrules.write_it_yourself(mul, 2, 3, forbid=(), instead='x')\n"
+              "bounded = all(x <= 1 for x in [0.5])\nassert bounded\n")
     assert _rules_of(source, problems) == [] and problems == []
 
 

@@ -32,7 +32,8 @@ def rule_calls(tree: ast.Module, rules, problems: list | None = None) -> list:
     student's). A rule call that cannot be read so (its function is not a plain name, an argument
     is anything else, a ``**`` that may hold one of them) is not returned: ``problems``, when
     given, gets a line for each, naming the argument and why (``build --check`` reports them as
-    the lesson author's errors)."""
+    the lesson author's errors); so does a rule function of mlexp.rules imported under another
+    name or used other than by calling it, whose calls would not be read as a rule at all."""
     found = []
     binds, simple = {}, {}        # name -> times bound anywhere; name -> (statement, value node)
     for node in ast.walk(tree):
@@ -120,6 +121,8 @@ def rule_calls(tree: ast.Module, rules, problems: list | None = None) -> list:
     for index, stmt in enumerate(tree.body):
         for node in ast.walk(stmt):
             statement_of.setdefault(id(node), index)
+    if problems is not None:
+        problems += _renamed(tree, rules)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -157,3 +160,29 @@ def rule_calls(tree: ast.Module, rules, problems: list | None = None) -> list:
         if forbid or name == "no_loop":
             found.append((node.args[0].id, tuple(forbid), got.get("instead", ""), name, got.get("over", "t")))
     return found
+
+
+def _renamed(tree: ast.Module, rules) -> list:
+    """A rule function of mlexp.rules the cell imports under another name or uses other than by
+    calling it (``w = rules.write_it_yourself``): its calls would not be read as a rule."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    modules, imported, said = {"mlexp.rules"}, set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "mlexp":
+            modules |= {a.asname or a.name for a in node.names if a.name == "rules"}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname for a in node.names if a.name == "mlexp.rules" and a.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module == "mlexp.rules":
+            for a in node.names:
+                if a.name in rules and a.asname not in (None, a.name):
+                    said.append(f"the rule {a.name} is imported as {a.asname}: its calls under that "
+                                "name are not read")
+                elif a.name in rules:
+                    imported.add(a.name)
+    for node in ast.walk(tree):
+        ruled = (isinstance(node, ast.Attribute) and node.attr in rules and ast.unparse(node.value) in modules) \
+            or (isinstance(node, ast.Name) and node.id in imported)
+        if ruled and isinstance(node.ctx, ast.Load) and id(node) not in called:
+            said.append(f"the rule {ast.unparse(node)} is used other than by calling it: its calls "
+                        "through another name are not read")
+    return said
