@@ -178,9 +178,9 @@ class Canvas(Lms):
         left, aside = _settle_splits({f.rel: canvas_splits(f.rel) for f in files})
         out = []
         for f in files:
-            found = left.get(f.rel) or []
-            if len(found) == 1:
-                s = found[0]
+            readings = left.get(f.rel) or []
+            if len(readings) == 1:
+                s = readings[0]
                 notes = [self.late_note] if s.late else []
                 if f.rel in aside:     # no certainty but the name rule: the instructor sees it
                     others = " or ".join(f"{x.student} (Canvas user {x.user_id})"
@@ -191,8 +191,8 @@ class Canvas(Lms):
                 out.append(LmsFile(f.rel, s.student, s.file_id, late=s.late,
                                    note="; ".join(notes)))
                 continue
-            owners = " or ".join(f"{s.student} (Canvas user {s.user_id})" for s in found)
-            out.append(LmsFile(f.rel, unclaimed_id(f.rel), found[-1].file_id if found else f.file_id,
+            owners = " or ".join(f"{s.student} (Canvas user {s.user_id})" for s in readings)
+            out.append(LmsFile(f.rel, unclaimed_id(f.rel), readings[-1].file_id if readings else f.file_id,
                                problem=(f"owner not certain: Canvas file '{f.rel}' reads as "
                                         f"{owners}; it is no one's until you decide: rename it in "
                                         "the zip to its owner's <name>_<user id>_<file id>_<file "
