@@ -380,3 +380,29 @@ def test_look_alike_ids_are_one_student_named_at_intake(course, blank, tmp_path)
     [sub] = collect(zpath, [ASSIGNMENT], tmp_path / "u", NAMES)
     assert sub.student == f"{nfc}_1002" and len(sub.notebooks) == 1
     assert any("NFD" in n for n in sub.notes)
+
+
+def test_the_canvas_gradebook_says_whose_an_uncertain_upload_may_be(tmp_path):
+    """The rejected row of 'smith_2_12345_67890_toy.ipynb' fills no one's cell; the gradebook,
+    as the roster, says which reading it fits (ID 12345 is 'Smith_2'; ID 2 is Amy Lee)."""
+    from autograder.grading.grade import Result, write_csv
+    out = tmp_path / "graded"
+    out.mkdir()
+    unsure = f"smith_2_12345_67890_{NOTEBOOK} (owner not certain)"
+    write_csv(out / "grades.csv", [
+        Result(unsure, ASSIGNMENT, score=0, max_score=6, status="rejected: owner not certain"),
+        Result("leeamy_2", ASSIGNMENT, score=6, max_score=6)], [])
+    book = tmp_path / "Grades-ML_101.csv"
+    book.write_bytes(("Student,ID,SIS User ID,SIS Login ID,Section,01 Toy (77)\r\n"
+                      "    Points Possible,,,,,10.00\r\n"
+                      '"Lee, Amy",2,S1,alee,"ML 101",\r\n'
+                      'Smith_2,12345,S2,asmith,"ML 101",\r\n').encode())
+    term = tmp_path / "term.toml"
+    term.write_text(f'[lessons.{ASSIGNMENT}]\nlms_column = "01 Toy (77)"\n')
+    dest = tmp_path / "upload.csv"
+    run = cli("export", out, "--lms", "canvas", "--gradebook", book, "--term", term, "--out", dest)
+    assert run.returncode == 3, run.stdout + run.stderr
+    rows = list(csv.reader(io.StringIO(dest.read_text(encoding="utf-8"))))
+    assert rows[2][5] == "10" and rows[3][5] == "", rows
+    assert f"{unsure}: the gradebook's row 'Smith_2' (ID 12345) fits its reading as smith_2_12345" \
+        in run.stdout

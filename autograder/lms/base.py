@@ -19,7 +19,7 @@ Everything outside ``lms/`` that names or lists the LMSs reads :data:`LMSS`.
 """
 from dataclasses import dataclass
 
-__all__ = ["Lms", "LmsFile", "LMSS", "register", "by_layout", "unclaimed_id"]
+__all__ = ["Lms", "LmsFile", "LMSS", "register", "by_layout", "unclaimed_id", "unclaimed_rel"]
 
 
 @dataclass
@@ -59,10 +59,18 @@ class Lms:
         return files
 
 
+UNCLAIMED = " (owner not certain)"
+
+
 def unclaimed_id(rel: str) -> str:
     """The row id of a file of an LMS export whose owner is not certain: its own name, ending so
     that no LMS user id can be read from it (never ``_<digits>`` at the end)."""
-    return f"{rel} (owner not certain)"
+    return f"{rel}{UNCLAIMED}"
+
+
+def unclaimed_rel(student_id: str):
+    """The file an :func:`unclaimed_id` names, or None for any other id."""
+    return student_id[:-len(UNCLAIMED)] if student_id.endswith(UNCLAIMED) else None
 
 
 LMSS = {}     # name -> Lms, in the order the modules register (collect prefers the first on a tie)

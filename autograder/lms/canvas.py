@@ -21,12 +21,12 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from autograder.lms.base import Lms, LmsFile, register, unclaimed_id
+from autograder.lms.base import Lms, LmsFile, register, unclaimed_id, unclaimed_rel
 from autograder.lms.gradebooks import (Column, _Gradebook, _no_column, decimal_comma, number_of,
                                        trailing_number)
 from autograder.lms.table import ExportError
 
-__all__ = ["Canvas", "CANVAS_LATE_SOURCE", "CANVAS_LATE_NOTE", "canvas_splits", "unclaimed_id"]
+__all__ = ["Canvas", "CANVAS_LATE_SOURCE", "CANVAS_LATE_NOTE", "canvas_splits", "unclaimed_id", "zip_name"]
 
 CANVAS_LATE_SOURCE = "unknown (Canvas marked it _LATE_, its file names carry no time)"
 CANVAS_LATE_NOTE = "marked late by Canvas"
@@ -69,6 +69,12 @@ def canvas_splits(base: str) -> list:
 
 def _nfc(name: str) -> str:
     return unicodedata.normalize("NFC", name)
+
+
+def zip_name(sortable: str) -> str:
+    """A sortable name ("O'Brien, Ann") as a Canvas zip writes it: lowercase, what is no word
+    character removed ("obrienann"; ``_`` and digits are word characters)."""
+    return re.sub(r"\W", "", _nfc(sortable).lower())
 
 
 def _by_evidence(left: dict) -> None:
@@ -146,6 +152,25 @@ class _Canvas(_Gradebook):
 
     def display(self, record):
         return self.table.records[record].values[0] or super().display(record)
+
+    def owner_hint(self, students, student_id):
+        """The gradebook as the roster: of the readings of an uncertain file's name, the one
+        whose user id has a row whose Student, written as Canvas writes a zip name (lowercase,
+        what is no word character removed), is the reading's name."""
+        rel = unclaimed_rel(student_id)
+        if rel is None:
+            return ""
+        fits = []
+        for s in canvas_splits(rel):
+            record = students.get(s.user_id)
+            if record is not None and zip_name(self.display(record)) == _nfc(s.name):
+                fits.append((s, record))
+        if len(fits) != 1:
+            return ""
+        s, record = fits[0]
+        return (f"{student_id}: the gradebook's row {self.display(record)!r} (ID {s.user_id}) "
+                f"fits its reading as {s.student}: if it is theirs, grade it as theirs (rename "
+                "it in the zip so that no other reading is left)")
 
     def column(self, lesson, wanted) -> tuple:
         i = self.find(wanted)

@@ -142,6 +142,11 @@ class _Gradebook:
         key). The base finds it by its key only."""
         return students.get(self.key(student_id)), ""
 
+    def owner_hint(self, students: dict, student_id: str) -> str:
+        """For a row no one owns (an upload whose owner the LMS's names left uncertain,
+        ``base.unclaimed_id``): what this gradebook says of whose it is, or "" (the base: nothing)."""
+        return ""
+
     def repair(self, record: int, student_id: str) -> dict:
         """{column index: text} to write into ``record``'s own cells so that the LMS finds
         ``student_id`` there on upload (the base: nothing)."""

@@ -212,6 +212,9 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
         if record is None:
             if sid not in result.unmatched_students and (only is None or row["assignment"] == only):
                 result.unmatched_students.append(sid)
+                hint = book.owner_hint(students, sid)    # an upload no one owns: whose it may be
+                if hint:
+                    result.notes.append(hint)
             continue
         result.rows[sid] = (record, book.display(record))
         if col is None:
