@@ -339,6 +339,8 @@ LOOPED = {
         "    n = (T + 3) // 4\n    for c in range(n):\n        pass\n    return v",
     "functools.reduce over the tokens": "import functools\ndef parallel_linear_attention(q, k, v, normalize=True):\n"
         "    return functools.reduce(lambda acc, t: acc, range(q.shape[2]), q)",
+    "chunks split along the tokens": "def parallel_linear_attention(q, k, v, normalize=True):\n"
+        "    return torch.cat([c * 1 for c in v.split(4, dim=-2)], 2)",
 }
 
 
@@ -388,8 +390,12 @@ def test_a_loop_certain_to_run_over_the_sequence_fails_the_no_loop_rule(l01, cod
     "    A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True) if normalize else A @ v",
     "def parallel_linear_attention(q, k, v, normalize=True):\n    for d in range(q.shape[-1]):\n        pass\n"
     "    A = (q @ k.transpose(-1, -2)).tril()\n    return A @ v / A.sum(-1, keepdim=True) if normalize else A @ v",
+    "def parallel_linear_attention(q, k, v, normalize=True):\n    def one(q, k, v):\n"
+    "        for d in range(q.shape[2]):\n            pass\n        A = (q @ k.transpose(-1, -2)).tril()\n"
+    "        return A @ v / A.sum(-1, keepdim=True)\n"
+    "    return torch.stack([one(q[b], k[b], v[b]) for b in range(q.shape[0])])",
 ], ids=["generator over (q, k)", "range(1)", "enumerate of a list", "over heads", "over the batch in a helper",
-        "appends to a module-level list", "over the features"])
+        "appends to a module-level list", "over the features", "a nested helper's own q"])
 def test_loops_not_over_the_sequence_are_not_flagged(l01, code):
     lesson, _, good = l01
     audit = audit_notebook(with_answer(good, code, "parallel_form"), lesson_code(lesson))

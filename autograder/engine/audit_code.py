@@ -388,6 +388,23 @@ class _Sequence:
         return False
 
 
+def _walk_own(fn, names):
+    """ast.walk of ``fn``, without the bodies of the functions and lambdas nested in it that
+    rebind one of ``names`` (their ``q`` is another tensor: ``q.shape[2]`` there is not known)."""
+    todo = [fn]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = child.args
+                own = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+                own |= {n.id for n in ast.walk(child) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+                if own & names:
+                    continue
+            todo.append(child)
+
+
 def sequence_loops(fn) -> list:
     """[(line, what)] for each loop of the function ``fn`` (a parsed ``def``) that certainly runs
     once per token, or per chunk of tokens: a ``for``, a comprehension or a looping call
@@ -399,7 +416,7 @@ def sequence_loops(fn) -> list:
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return []
     seq, found = _Sequence(fn), []
-    for sub in ast.walk(fn):
+    for sub in _walk_own(fn, set(seq.rank) | seq.names):
         if isinstance(sub, (ast.For, ast.AsyncFor)) and seq.over(sub.iter):
             found.append((sub.lineno, f"for ... in {ast.unparse(sub.iter)[:60]}"))
         elif isinstance(sub, ast.While) and seq.derived(sub.test):
