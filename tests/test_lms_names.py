@@ -102,6 +102,34 @@ def test_a_canvas_name_with_underscores_and_digits_keeps_its_owner(tmp_path, bla
     assert next(s for s in subs if s.student == "o_brien_555").notes == []
 
 
+def own_upload_grade(self, job):
+    """6/6 when the notebook graded as a student's is the one that student uploaded (its
+    metadata says who), else 0; no kernel."""
+    res = job.result
+    [nb] = job.notebooks.values()
+    res.score, res.max_score = (6.0 if nb.metadata.get("uploaded_by") == job.sub.student else 0.0), 6.0
+    res.exercises = {"test_add": res.score}
+    return res
+
+
+def test_each_canvas_upload_is_graded_as_its_owners_through_grade(course, blank, tmp_path,
+                                                                monkeypatch):
+    """The same names through ``grade``: one row per owner, each scored from their own upload
+    (the grader stands in for the kernel: 6 when the notebook is the row's own, else 0)."""
+    monkeypatch.setattr("autograder.grading.grade.Grader.grade", own_upload_grade)
+    owners_of = {f"o_brien_555_666_{NOTEBOOK}": "o_brien_555",
+                 f"leeamy_2_31_{NOTEBOOK}": "leeamy_2",
+                 f"annsmith_2_901_902_{NOTEBOOK}": "annsmith_2_901",
+                 f"kim_LATE_77_88_01_{NOTEBOOK}": "kim_77"}
+    zpath = write_zip(tmp_path / "submissions.zip",
+                      {k: tagged(blank, v) for k, v in owners_of.items()})
+    out = tmp_path / "out"
+    run = cli("--course", course, "grade", zpath, "--out", out, "--no-progress")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert {s: r["score"] for (s, _), r in grades(out).items()} == {
+        v: "6.0" for v in owners_of.values()}, run.stdout
+
+
 def test_a_canvas_name_no_reading_settles_is_a_rejected_row_naming_the_file(tmp_path, blank):
     """'smith_2_12345_67890_toy.ipynb' is Smith (user 2, file 12345, 67890_toy.ipynb) or
     Smith_2 (user 12345): nothing in the zip says which; it is no one's, and says so."""
