@@ -199,6 +199,8 @@ def _no_notebook(sub, sid: str, user: dict, submitted: str, folder: Path, old: d
     folder.mkdir(parents=True, exist_ok=True)
     for att, name in zip(sub.attachments, shown):
         text = ids.folder_name(f"{name}.txt")
+        if text in placeholders.values() or text.lower() == "timestamp.txt":   # nbgrader's
+            text = ids.folder_name(f"{att.id}-{name}.txt")
         atomic_write(folder / text, f"Canvas holds {name!r} ({getattr(att, 'size', '?')} bytes) "
                                     f"in {sid}'s submission, submitted {submitted}: not a "
                                     "notebook, not downloaded.\n")
