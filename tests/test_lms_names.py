@@ -203,6 +203,14 @@ def test_a_pdf_only_canvas_submission_is_a_rejected_row_everywhere(course, stand
     assert run.returncode == 3, run.stdout + run.stderr
     held = run.stdout.split("HELD BACK")[1]
     assert "pat@uni.example_1201" in held and "report.pdf" in held
+    # a later attempt with a notebook takes the placeholder's place
+    standin.submit(77, 1201, {NOTEBOOK: b"{}"}, "2026-10-02T20:00:00Z", attempt=2)
+    run = cli("--course", course, "canvas", "pull", 3, 77, "--out", pulled, *env_args)
+    assert run.returncode == 0 and "NO NOTEBOOK" not in run.stdout, run.stdout
+    assert sorted(p.name for p in (pulled / "pat@uni.example_1201" / ASSIGNMENT).iterdir()) == [
+        "timestamp.txt", NOTEBOOK]
+    assert "problem" not in json.loads((pulled / ".canvas-pull.json").read_text())[
+        "students"]["pat@uni.example_1201"]
 
 
 # ------------------------------------------------------------- two rows, one LMS user
