@@ -55,7 +55,7 @@ from .rules_sight import (_HANDOFF_BUILTINS, _elements, _entry_name, _Forbidden,
                           _Sources, _starters, _thread_clocks, _total)
 
 __all__ = ["Trace", "watching", "call", "write_it_yourself", "in_time", "no_loop", "bounded", "summed_work",
-           "digest", "RULE_HINT"]
+           "work_grows", "digest", "RULE_HINT"]
 
 RULE_HINT = "this exercise asks you to write it yourself"
 MAX_USED = 8
@@ -412,6 +412,51 @@ def summed_work(fn, make_args, *, lengths, limit, grows: str, over: str, forbid=
                              f"{_name(fn)}'s products, sums and scans returned {long:,} numbers in all, more than "
                              f"the {limit:,} allowed. {over}.")
     return result
+
+
+def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, reference, repeats: int = 3):
+    """Fail with the rule's hint when the CPU time ``fn`` takes grows more than ``at_most`` times from
+    the first of ``lengths`` to the second: the sign of work that grows faster than the exercise
+    allows, however it is spelled (a T x T product computed in pieces, a state rebuilt from every
+    earlier token at each chunk). ``make_args(T)``: the arguments for length T; ``reference``: a
+    function that gives the right result for them (each measured call must return it, to
+    rounding); ``too_fast``: what such growth means in the exercise's terms, for the hint.
+
+    The time is the CPU time the operating system gave the process that ran the call (the median
+    of ``repeats`` calls at each length), never the wall clock, so a busy machine does not change
+    the verdict. For a grader's proxy of a student function (``_measured_call``) the grader reads
+    it from outside the student's kernel, from the operating system's count for the kernel's
+    processes; elsewhere (the student's own notebook) it is this process's ``time.process_time()``.
+    Before each call every floating-point tensor argument is scaled by a fresh random factor in
+    [0.5, 1), so no result can be prepared for inputs known in advance. A call under a
+    millisecond counts as one millisecond."""
+    import random
+    import torch
+    medians = []
+    for T in lengths:
+        seconds = []
+        for _ in range(repeats):
+            factor = random.SystemRandom().uniform(0.5, 1.0)
+            args = [a * factor if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make_args(T)]
+            expected = reference(*args)
+            remote = getattr(fn, "_measured_call", None)
+            if callable(remote):
+                seconds.append(remote(args, {}, expected))
+                continue
+            start = time.process_time()
+            got = fn(*args)
+            seconds.append(time.process_time() - start)
+            if not (isinstance(got, torch.Tensor) and got.shape == expected.shape
+                    and torch.allclose(got, expected, rtol=1e-3, atol=1e-4)):
+                raise AssertionError(f"Hint: while the test measured its work at T = {T}, {_name(fn)} returned "
+                                     "other values than the reference: it must give the right output at every "
+                                     "length, the long ones too.")
+        medians.append(max(sorted(seconds)[len(seconds) // 2], 0.001))
+    growth = medians[-1] / medians[0]
+    if growth > at_most:
+        raise AssertionError(f"Hint: {RULE_HINT} with work that grows the way it asks: from T = {lengths[0]} to "
+                             f"T = {lengths[-1]} (x{lengths[-1] / lengths[0]:g}) {_name(fn)}'s CPU time grew "
+                             f"x{growth:.0f}, more than the x{at_most:g} this form allows. {too_fast}")
 
 
 def digest(value, salt: str, rounds: int = 100_000) -> str:

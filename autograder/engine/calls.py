@@ -7,7 +7,9 @@ import secrets
 import time
 from pathlib import Path
 
+from autograder.engine.cputime import tree_cpu_ns
 from autograder.engine.kernel import kernel_server
+from autograder.engine.kernel import measure
 from autograder.engine.kernel import wire
 from autograder.engine.kernel import wire_decode
 from autograder.engine.kernel import wire_encode
@@ -18,7 +20,7 @@ from autograder.engine.kernel.wire import Opaque, WireError, decode, encode
 
 # what KernelLink.install sends into the kernel, in this order (each part's imports run only on
 # the trusted side: in the kernel they share one module's namespace)
-KERNEL_SOURCES = (wire_format, wire_encode, wire_decode, wire, kernel_server)
+KERNEL_SOURCES = (wire_format, wire_encode, wire_decode, wire, measure, kernel_server)
 
 __all__ = ["KernelLink", "StudentFunction", "StudentNamespace"]
 
@@ -45,6 +47,12 @@ class StudentFunction:
         stretch that time)."""
         return self._link.call(self, tuple(args), dict(kwargs), watch=[str(m) for m in forbid],
                                limit=limit)
+
+    def _measured_call(self, args, kwargs, expected):
+        """The CPU seconds one call takes, as the operating system counts them for the kernel,
+        read on the grader's side; the result must be ``expected`` (KernelLink.measured_call).
+        For :func:`mlexp.rules.work_grows`."""
+        return self._link.measured_call(self, tuple(args), dict(kwargs), expected)
 
     def __repr__(self):
         return f"<{self._type} {self.__name__} from the student's notebook>"
@@ -142,6 +150,8 @@ class KernelLink:
         self.blocked = False     # a request ran but sent no reply: the notebook intercepted it
         self.touched = []        # evidence that code of the notebook answered a request itself
         self.module = KERNEL_MODULE   # the name of the kernel side's copy the requests go to
+        self.cpu_root = None     # the pid of the kernel's launcher, for measured_call
+        self.measure_dir = None  # (this side's folder, the kernel's view of it), for measured_call
 
     def request(self, req: KernelRequest, what: str, limit=None) -> KernelReply:
         """Send ``req`` to the kernel within the test's time; its reply. Raises StudentTimeout
@@ -186,6 +196,55 @@ class KernelLink:
                                f"grader's channel (sys.modules[{KERNEL_MODULE!r}]) removed or "
                                "replaced by a cell?")
         return reply
+
+    def measured_call(self, fn, args: tuple, kwargs: dict, expected):
+        """Call ``fn`` measured: the CPU seconds the call took, as the operating system counts them
+        for the kernel's process tree (autograder.engine.cputime, read here; ``cpu_root``: the pid
+        of the kernel's launcher), for :func:`mlexp.rules.work_grows`.
+
+        The tensor arguments reach the kernel as files (``measure_dir``: (this side's folder, the
+        kernel's view of it)) rather than as text, and only a checksum of the result comes back
+        (:func:`autograder.engine.kernel.measure.checksum`, under weights from a seed drawn
+        here), so the time is the function's work. The result must be ``expected`` (the test's
+        reference result for these arguments) to rounding, or the call fails with a hint: what
+        is measured is the same computation as what is graded."""
+        import torch
+        if self.cpu_root is None or self.measure_dir is None:
+            raise RuntimeError("the grader cannot measure this kernel's CPU time")
+        here, there = self.measure_dir
+        items = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.dtype in (torch.float32, torch.float64) and a.numel():
+                name = f"{secrets.token_hex(8)}-{i}.bin"
+                a.detach().contiguous().numpy().tofile(Path(here) / name)
+                items.append({"file": f"{there}/{name}", "dtype": str(a.dtype).removeprefix("torch."),
+                              "shape": list(a.shape)})
+            else:
+                try:
+                    items.append({"node": encode(a)})
+                except WireError as exc:
+                    raise TypeError(f"the test passed {fn.__name__} something that cannot be sent to the "
+                                    f"notebook ({exc}); this is a fault of the test") from None
+        seed = secrets.randbelow(2**31)
+        req = KernelRequest.measure(fn._ref, items, encode(dict(kwargs)), seed)
+        try:
+            before = tree_cpu_ns(self.cpu_root)
+            reply = self.request(req, f"the measured call of {fn.__name__}")
+            used = (tree_cpu_ns(self.cpu_root) - before) / 1e9
+        finally:
+            for f in Path(here).iterdir():
+                f.unlink()
+        if reply.error is not None:
+            raise reply.raised()
+        got = self._decode(reply.value, f"the measured call of {fn.__name__}")
+        want = measure.checksum(expected, seed)
+        scale = measure.checksum(expected.abs(), seed) if isinstance(expected, torch.Tensor) else 0.0
+        if not isinstance(got, float) or not abs(got - want) <= 1e-4 * scale + 1e-9:
+            shape = tuple(args[0].shape) if args and isinstance(args[0], torch.Tensor) else ()
+            raise AssertionError(f"Hint: while the test measured its work at inputs of shape {shape}, "
+                                 f"{fn.__name__} returned other values than the reference: it must give the "
+                                 "right output at every length, the long ones too.")
+        return used
 
     def install(self, module: str = KERNEL_MODULE) -> None:
         """Put the kernel side (:mod:`autograder.engine.kernel.wire`'s codec and :mod:`autograder.engine.kernel.kernel_server`)

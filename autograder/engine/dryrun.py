@@ -121,6 +121,9 @@ class LocalLink(KernelLink):
         super().__init__(_Client())
         self.ns = ns
         self.server = KernelServer(namespace=lambda: ns)
+        # a measured call (mlexp.rules.work_grows): this process's CPU time, its arguments in a folder of its own
+        self._measure = tempfile.TemporaryDirectory(prefix="autograder-dryrun-")
+        self.cpu_root, self.measure_dir = os.getpid(), (self._measure.name, self._measure.name)
 
     def request(self, req, what: str, limit=None):
         # limit: a call's own time limit (rules.in_time, KernelLink.request); the dry run answers

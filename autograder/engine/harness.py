@@ -131,6 +131,9 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
             cell.outputs, cell.execution_count = [], None
     ipc = job_dir / "ipc"
     ipc.mkdir(exist_ok=True)
+    measure = job_dir / "measure"     # a measured call's arguments (KernelLink.measured_call)
+    measure.mkdir(mode=0o755, exist_ok=True)
+    lesson_files, data_files = list(data_files), [*data_files, measure]
     uid = jail.pick_uid() if sandbox else None
     km = SandboxKernelManager(kernel_name="python3", transport="ipc", ip=str(ipc / "kernel"),
                               connection_file=str(ipc / "kernel.json"))
@@ -152,7 +155,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
     client = HarnessClient(nb, options, km=km)
     link = KernelLink(client)
     rules = ruled_names(nb)
-    room = Room(nb, rules, options=options, job_dir=job_dir, data_files=data_files, course_root=course_root,
+    room = Room(nb, rules, options=options, job_dir=job_dir, data_files=lesson_files, course_root=course_root,
                 sandbox=sandbox, mode=mode, cwd=cwd, env=env) if rules else None
     report = Report()
     deadline = time.monotonic() + options.notebook_timeout
@@ -162,6 +165,8 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
     try:
         with client.setup_kernel(env=env, cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), \
                 (room or contextlib.nullcontext()):
+            link.cpu_root = km.provisioner.pid
+            link.measure_dir = (measure, f"{jail.SANDBOX_HOME}/{measure.name}" if sandbox else measure)
             link.install()
             link.request(KernelRequest.snapshot(_watch_list(nb)), "the kernel's snapshot")
             for index, cell in enumerate(nb.cells):

@@ -197,6 +197,13 @@ class KernelRequest:
         return cls("call", body)
 
     @classmethod
+    def measure(cls, ref: int, items: list, kwargs_node, seed: int) -> "KernelRequest":
+        """Call the referenced callable once, its tensor arguments read from files (``items``:
+        ``{"file": path, "dtype": name, "shape": [...]}`` or ``{"node": wire node}`` each), and
+        reply with the result's checksum under weights drawn from ``seed`` (KernelServer.measure)."""
+        return cls("measure", {"ref": ref, "items": list(items), "kwargs": kwargs_node, "seed": int(seed)})
+
+    @classmethod
     def backward(cls, graph: int, grads_node) -> "KernelRequest":
         """Run the backward pass of call ``graph`` with the encoded output gradients."""
         return cls("backward", {"graph": graph, "grads": grads_node})

@@ -41,6 +41,7 @@ import os
 import re
 import subprocess
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from autograder.cells import is_test_cell
@@ -212,6 +213,8 @@ class Room:
         km = SandboxKernelManager(kernel_name="python3", transport="ipc", ip=str(ipc / "kernel"),
                                   connection_file=str(ipc / "kernel.json"))
         km.kernel_spec.interrupt_mode = "message"
+        measure = self.job_dir / "room-measure"     # a measured call's arguments (KernelLink.measured_call)
+        measure.mkdir(mode=0o755, exist_ok=True)
         if self.sandbox:
             uid = jail.pick_uid()
             if uid is not None:
@@ -219,8 +222,12 @@ class Room:
             km.owner_uid = uid
             room_dir = self.job_dir / "room"
             room_dir.mkdir(exist_ok=True)
-            km.jail_prefix = jail.sandbox_command(ipc_dir=ipc, job_dir=room_dir, data_files=self.data_files,
-                                                  options=self.options, course_root=self.course_root,
+            # one thread: the CPU time a rule reads (mlexp.rules.work_grows) then counts the work, not
+            # the spinning of idle worker threads
+            km.jail_prefix = jail.sandbox_command(ipc_dir=ipc, job_dir=room_dir,
+                                                  data_files=[*self.data_files, measure],
+                                                  options=replace(self.options, kernel_threads=1),
+                                                  course_root=self.course_root,
                                                   uid=uid, mode=self.mode, hide=self.hide)
             cwd = room_dir
         else:   # unsandboxed (the caller accepted that risk): the modules can only be hidden in a jail
@@ -230,6 +237,8 @@ class Room:
         self._stack.enter_context(client.setup_kernel(env=self.env, cwd=str(cwd), stdout=subprocess.DEVNULL,
                                                       stderr=subprocess.DEVNULL))
         self.link = RoomLink(client, self.rules)
+        self.link.cpu_root = km.provisioner.pid
+        self.link.measure_dir = (measure, f"{jail.SANDBOX_HOME}/{measure.name}" if self.sandbox else measure)
         self.link.install()
         if not self.sandbox:
             self.link.client.run_request(_BLOCKER.format(hide=self.hide), limit)

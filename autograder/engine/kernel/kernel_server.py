@@ -14,6 +14,7 @@ import json
 import sys
 
 if __package__:   # on the trusted side; in the kernel the codec's source runs ahead of this one
+    from .measure import measure
     from .wire import WIRE_MIME, WireError, decode, encode, visible
     from .wire_format import _SURROGATE
 
@@ -215,8 +216,10 @@ class KernelServer:
         self.graphs = {}        # call number -> (input leaves, output tensors) for a backward pass
         self.before = {}        # what the notebook looked like before the student's first cell
         self._ops = {"lookup": lambda req: self.lookup(req.get("name")), "call": self.call,
-                     "backward": self.backward, "snapshot": self.snapshot,
+                     "backward": self.backward, "snapshot": self.snapshot, "measure": lambda req: measure(self, req),
                      "tamper_report": self.tamper_report}
+
+    error = staticmethod(_exception)    # an exception as a reply (the measured call's too)
 
     def answer(self, req: dict) -> dict:
         """The reply to one request (a dict): its op's reply, or the error it raised."""
