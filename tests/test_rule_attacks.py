@@ -5,7 +5,8 @@ blank and an honest student per lesson) is graded once, in one command at -j 2, 
 in this repository. Then each kind on its own, in the test whose points it goes for:
 
 - it scores at most what the blank notebook scores on that test (it fails it, with the rule's hint
-  or another), and its submission at most the blank's score in all;
+  or another), and its submission at most the blank's score in all; the library's code run as the
+  student's (``corpus.HELD_IS_FINE``) may instead be held for a person's review, as a paste is;
 - its submission is graded: "graded", not held for review, timed out or rejected (a rule broken
   is a failed test, not a case for a person);
 - the honest student of each lesson, graded beside the attacks, keeps full marks and "graded".
@@ -75,6 +76,8 @@ def test_controls(graded, student):
 def test_attack_takes_no_ruled_points(graded, case, student, lesson, test, kind):
     """The kind scores what the blank notebook scores on its test, and its submission is graded."""
     row, blank = graded[student], graded[f"{corpus.PREFIX[lesson]}_blank"]
+    if kind in corpus.HELD_IS_FINE and row["status"].startswith("needs manual review"):
+        return            # the library's code run as the student's: held with its points, as a paste is
     assert float(row[test] or 0) <= float(blank[test] or 0), \
         f"{case} ({corpus.ROUTES[kind]}) took {row[test]} of {test}'s points ({student})"
     assert float(row["score"]) <= float(blank["score"]), (student, row["score"], blank["score"])

@@ -53,7 +53,7 @@ LESSONS = (L01, L03, L05, L06)
 RULED = {L01: {"test_recurrent_form": 3, "test_parallel_form": 3},
          L03: {"test_chunkwise_form": 3, "test_chunkwise_gated_form": 3},
          L05: {"test_attention_pairs": 3},
-         L06: {"test_parallel_gate": 4}}
+         L06: {"test_parallel_gate": 4, "test_memory": 3}}
 PREFIX = {L01: "l01", L03: "l03", L05: "l05", L06: "l06"}
 
 # ------------------------------------------------------------------------------------------------
@@ -258,10 +258,48 @@ ROUTES = {   # kind -> the route in words
     "gated_in_pieces": "wrong work: the gated form as the T x T product in pieces through F.linear (not counted "
                        "by summed_work; no time bound on the gated form)",
     "gated_state_rebuilt": "wrong work: the gated form's state rebuilt from every earlier token at each chunk",
+    # Found after the room (issue 51, item 1): routes it cannot close by hiding the forbidden module.
+    "library_as_text": "the library's own source (mlexp/ops/_common.py and linear.py) held as a string, run with "
+                       "exec (reached as mlexp.importlib's builtins) by a helper whose result is a binding: the "
+                       "room replays the bindings, so the library runs there too",
+    "allowed_module": "lesson 06's memory count from mlexp.kvcache, the helpers mlexp.capstone.memory_bytes is "
+                      "made of: the rule forbids mlexp.capstone only",
 }
+# Kinds whose wanted verdict may also be a hold for a person's review (the library's code run as the
+# student's is held, as tests/corpus/build_corpus.py's l01_pastes_library is), keeping its points.
+HELD_IS_FINE = frozenset({"library_as_text"})
 
 
-def l01_cases() -> dict:
+def library_text(repo) -> str:
+    """mlexp/ops/_common.py and linear.py as one module's text, its relative imports left out (a
+    student's paste of both files into a string)."""
+    import ast
+    parts = []
+    for name in ("_common.py", "linear.py"):
+        tree = ast.parse((Path(repo) / "mlexp" / "ops" / name).read_text())
+        tree.body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and n.level)]
+        parts.append(ast.unparse(tree))
+    return "\n\n".join(parts)
+
+
+LIBRARY_AS_TEXT = '''import mlexp
+
+LIBRARY = {text}
+
+
+def _load(text):
+    found = {{"__name__": "my_linear_attention"}}
+    mlexp.importlib.import_module("builtins").exec(text, found)
+    return found
+
+
+_mine = _load(LIBRARY)
+
+
+'''
+
+
+def l01_cases(repo=None) -> dict:
     """Two routes per submission where they cannot meet (one per ruled function), one where a route
     changes the watch for the whole kernel (claims_library_file)."""
     lib = "_ops."
@@ -282,6 +320,9 @@ def l01_cases() -> dict:
                 call=lib + L01_LIBRARY))},
         "claims_library_file": {gid: ("claims_library_file", source) for gid, source in _both(
             CLAIMS_LIBRARY_FILE_BODY, prelude=CLAIMS_LIBRARY_FILE, lib=lib).items()},
+        "library_as_text": {gid: ("library_as_text", source) for gid, source in _both(
+            "    return {call}\n", call=L01_LIBRARY.replace("linear_attention", '_mine["linear_attention"]', 1),
+            prelude=LIBRARY_AS_TEXT.format(text=repr(library_text(repo or HERE.parent.parent)))).items()},
     }
 
 
@@ -402,16 +443,34 @@ L06_HEAD = "def parallel_scalar_gate(q, k, v, g):"
 L06_LIBRARY = "gated_linear_attention(q, k, v, g, impl=\"chunk\")[0]"
 
 
+ALLOWED_MODULE = '''from mlexp import kvcache
+
+
+def memory_per_sequence(layers, context, dim=64, n_heads=4, window=None, bytes_per_number=2):
+    """Bytes one sequence of `context` tokens keeps to go on generating (short-convolution buffers left out)."""
+    dtype = {2: "bf16", 4: "fp32"}[bytes_per_number]
+    head_dim, kinds = dim // n_heads, list(layers)
+    cache = kvcache.kv_cache_bytes(kinds.count("attention"), n_heads, head_dim, context, dtype)
+    cache += kvcache.kv_cache_bytes(kinds.count("window"), n_heads, head_dim, context, dtype, window=window or 1)
+    if "inattention" in kinds:
+        cache += dim * context * kvcache.dtype_bytes(dtype)
+    recurrent = kinds.count("gated_delta") + kinds.count("decay")
+    return cache + recurrent * kvcache.linear_state_bytes(n_heads, head_dim, head_dim, dtype)
+'''
+
+
 def l06_cases() -> dict:
-    return {"answers_the_request": {"parallel_gate": ("answers_the_request", ANSWERS_THE_REQUEST + L06_HEAD + "\n"
-                                                      + ANSWERS_THE_REQUEST_BODY.format(call="_ops." + L06_LIBRARY))}}
+    return {"answers_or_allowed": {
+        "parallel_gate": ("answers_the_request", ANSWERS_THE_REQUEST + L06_HEAD + "\n"
+                          + ANSWERS_THE_REQUEST_BODY.format(call="_ops." + L06_LIBRARY)),
+        "memory": ("allowed_module", ALLOWED_MODULE)}}
 
 
 def _by_student(repo) -> dict:
     repo = Path(repo)
     solution03 = nbformat.read(repo / "solutions" / L03 / f"{L03}.ipynb", as_version=4)
     return {f"{PREFIX[lesson]}_{name}": (lesson, answers)
-            for lesson, found in ((L01, l01_cases()), (L03, l03_cases(solution03)), (L05, l05_cases()),
+            for lesson, found in ((L01, l01_cases(repo)), (L03, l03_cases(solution03)), (L05, l05_cases()),
                                   (L06, l06_cases()))
             for name, answers in found.items()}
 
