@@ -447,7 +447,7 @@ def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, referen
             got = fn(*args)
             seconds.append(time.process_time() - start)
             if not (isinstance(got, torch.Tensor) and got.shape == expected.shape
-                    and torch.allclose(got, expected, rtol=1e-3, atol=1e-4)):
+                    and float((got - expected).abs().max()) <= 1e-3 * float(expected.abs().max()) + 1e-6):
                 raise AssertionError(f"Hint: while the test measured its work at T = {T}, {_name(fn)} returned "
                                      "other values than the reference: it must give the right output at every "
                                      "length, the long ones too.")

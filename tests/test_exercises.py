@@ -1154,6 +1154,72 @@ CASES += [
 ]
 
 
+# Issue 51: work for every pair of tokens, whatever spells it, fails by the CPU time it takes (mlexp.rules.work_grows,
+# read by the grader from the operating system): the state rebuilt from every earlier token at each chunk, and the
+# T x T product in pieces through F.linear (no product the size and sum counts see).
+PAIR_WORK = "work for every pair of tokens"
+CHUNK_REBUILT_EACH_CHUNK = CHUNK_DEF + """    B, H, T, D_k = q.shape
+    out = []
+    for start in range(0, T, chunk_size):
+        Qc, Kc, Vc = (x[:, :, start:start + chunk_size] for x in (q, k, v))
+        S = torch.einsum("bhtk,bhtv->bhkv", k[:, :, :start], v[:, :, :start])   # every earlier token, again
+        out.append(Qc @ S + (Qc @ Kc.transpose(-1, -2)).tril() @ Vc)
+    return torch.cat(out, dim=2)
+"""
+CHUNK_PIECES_BY_LINEAR = CHUNK_DEF + """    import torch.nn.functional as F
+    B, H, T, D_k = q.shape
+    out = []
+    for start in range(0, T, chunk_size):
+        Qc = q[:, :, start:start + chunk_size]
+        end = start + Qc.shape[2]
+        mask = torch.ones(Qc.shape[2], end, dtype=torch.bool).tril(start)
+        rows = [[F.linear(F.linear(Qc[b, h], k[b, h, :end]) * mask, v[b, h, :end].T) for h in range(H)] for b in range(B)]
+        out.append(torch.stack([torch.stack(r) for r in rows]))
+    return torch.cat(out, dim=2)
+"""
+GATED_REBUILT_EACH_CHUNK = GATED_DEF + """    B, H, T, D_k = q.shape
+    G = g.cumsum(-1)
+    out = []
+    for start in range(0, T, chunk_size):
+        Qc, Kc, Vc = (x[:, :, start:start + chunk_size] for x in (q, k, v))
+        b = g[:, :, start:start + chunk_size].cumsum(-1)
+        n = b.shape[-1]
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        L = torch.where(causal, b[..., :, None] - b[..., None, :], float("-inf")).exp()
+        if start:
+            w = (G[..., start - 1:start] - G[..., :start]).exp()             # decay from each earlier token to the chunk start
+            S = torch.einsum("bhtk,bhtv->bhkv", k[:, :, :start] * w[..., None], v[:, :, :start])
+        else:
+            S = q.new_zeros(B, H, D_k, v.shape[-1])
+        out.append((Qc * b[..., None].exp()) @ S + ((Qc @ Kc.transpose(-1, -2)) * L) @ Vc)
+    return torch.cat(out, dim=2)
+"""
+GATED_PIECES_BY_LINEAR = GATED_DEF + """    import torch.nn.functional as F
+    B, H, T, D_k = q.shape
+    G = g.cumsum(-1)
+    out = []
+    for start in range(0, T, chunk_size):
+        Qc = q[:, :, start:start + chunk_size]
+        end = start + Qc.shape[2]
+        rows = []
+        for b in range(B):
+            row = []
+            for h in range(H):
+                d = G[b, h, start:end, None] - G[b, h, None, :end]
+                d = torch.where(torch.ones_like(d, dtype=torch.bool).tril(start), d, float("-inf")).exp()
+                row.append(F.linear(F.linear(Qc[b, h], k[b, h, :end]) * d, v[b, h, :end].T))
+            rows.append(torch.stack(row))
+        out.append(torch.stack(rows))
+    return torch.cat(out, dim=2)
+"""
+
+CASES += [
+    l03_chunk("the state rebuilt from every earlier token at each chunk", source=CHUNK_REBUILT_EACH_CHUNK, hint=PAIR_WORK, slow=True),
+    l03_chunk("each chunk against every earlier key, in pieces through F.linear", source=CHUNK_PIECES_BY_LINEAR, hint=PAIR_WORK, slow=True),
+    l03_gated("the decayed state rebuilt from every earlier token at each chunk", source=GATED_REBUILT_EACH_CHUNK, hint=PAIR_WORK, slow=True),
+    l03_gated("each chunk against every earlier key, in pieces through F.linear", source=GATED_PIECES_BY_LINEAR, hint=PAIR_WORK, slow=True),
+]
+
 # ------------------------------------------------------------------------------ lessons 04 and 05
 L04, L05 = "04_hybrid_kv_cache", "05_inattention"
 JAMBA = "jamba_256k_gib = kv_cache_gib(n_attn_layers=4, n_kv_heads=8, head_dim=128, context=256 * 1024)"

@@ -239,7 +239,7 @@ class KernelLink:
         got = self._decode(reply.value, f"the measured call of {fn.__name__}")
         want = measure.checksum(expected, seed)
         scale = measure.checksum(expected.abs(), seed) if isinstance(expected, torch.Tensor) else 0.0
-        if not isinstance(got, float) or not abs(got - want) <= 1e-4 * scale + 1e-9:
+        if not isinstance(got, float) or not abs(got - want) <= 1e-3 * scale + 1e-6:
             shape = tuple(args[0].shape) if args and isinstance(args[0], torch.Tensor) else ()
             raise AssertionError(f"Hint: while the test measured its work at inputs of shape {shape}, "
                                  f"{fn.__name__} returned other values than the reference: it must give the "
