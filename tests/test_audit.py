@@ -62,8 +62,8 @@ def test_the_issues_attacks_are_caught_by_reading(l01):
     execs = found["l01_execs_library_source"]
     said = " ".join(what for _, what in execs.dynamic)
     assert "inspect" in said and "exec" in said and "compile" in said
-    assert [what for _, what, _ in execs.copies] == [
-        "the code of mlexp.ops.linear._recurrent, read with inspect.getsource"]
+    assert [(what, test) for _, what, test in execs.copies] == [
+        ("the code of mlexp.ops.linear._recurrent, read with inspect.getsource", "test_recurrent_form")]
     # the library's function pasted under other names, no comment or docstring: held, named as
     # such, with the exercise whose function is made of it
     paste = found["l01_pastes_library"]

@@ -40,6 +40,7 @@ the notebook's non-empty code cells, which is the execution count the harness gi
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib.util
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -257,10 +258,13 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
         return out
     student_cells = {n for _, n in student}
     made_of = {}             # test grade id -> names its ruled functions are made of
+    unbound = set()          # tests whose functions read a name no cell binds (one exec made?)
     for grade_id, found in rules.items():
         for test_cell, fn, *_ in found:
-            made_of.setdefault(grade_id, set()).update(
-                name for name, _ in _closure(fn, test_cell, bindings, student_cells))
+            for name, b in _closure(fn, test_cell, bindings, student_cells):
+                made_of.setdefault(grade_id, set()).add(name)
+                if any(not bindings.by_name.get(n.id) and not hasattr(builtins, n.id) for n in free_loads(b.node)):
+                    unbound.add(grade_id)
     for tree, number in student:
         out.dynamic.extend((number, what) for what in dynamic_code(tree, names)
                            if (number, what) not in out.dynamic)
@@ -270,7 +274,8 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
         pasted += [(what, "") for what in library_source_read(tree, names.dotted)]
         in_exec = set(copied_library_code(tree, exec_only=True))
         for what, fn in pasted:
-            test = next((g for g, made in made_of.items() if fn and fn in made), "")
+            test = next((g for g, made in made_of.items() if fn and fn in made), "") or \
+                ("" if fn else next((g for g in rules if g in unbound), ""))
             if (test or not fn or what in in_exec) and not any(w == what for _, w, _ in out.copies):
                 out.copies.append((number, what, test))
     for grade_id, found in rules.items():
