@@ -275,7 +275,7 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
         in_exec = set(copied_library_code(tree, exec_only=True))
         for what, fn in pasted:
             test = next((g for g, made in made_of.items() if fn and fn in made), "") or \
-                ("" if fn else next((g for g in rules if g in unbound), ""))
+                (next((g for g in rules if g in unbound), "") if not fn or what in in_exec else "")
             if (test or not fn or what in in_exec) and not any(w == what for _, w, _ in out.copies):
                 out.copies.append((number, what, test))
     for grade_id, found in rules.items():
