@@ -1,14 +1,15 @@
 """Issue 51: answers that take the points an exercise rule protects, by a dishonest route.
 
 The class of tests/corpus/rule_attacks.py (each attack kind of lessons 01, 03, 05 and 06, with a
-blank and an honest student per lesson) is graded once, in one command at -j 2, against the course
-in this repository. Then each kind on its own, in the test whose points it goes for:
+blank and an honest student per lesson; a submission may carry two kinds, one per ruled exercise)
+is graded once, in one command at -j 2, against the course in this repository. Then:
 
-- it scores at most what the blank notebook scores on that test (it fails it, with the rule's hint
-  or another), and its submission at most the blank's score in all; the library's code run as the
-  student's (``corpus.HELD_IS_FINE``) may instead be held for a person's review, as a paste is;
-- its submission is graded: "graded", not held for review, timed out or rejected (a rule broken
-  is a failed test, not a case for a person);
+- each kind, in the test whose points it goes for, scores at most what the blank notebook scores
+  there (it fails it, with the rule's hint or another);
+- each attack submission is graded ("graded", not held for review, timed out or rejected: a rule
+  broken is a failed test, not a case for a person) and scores at most the blank in all; the
+  library's code run as the student's (``corpus.HELD_IS_FINE``) may instead be held for a
+  person's review, as a paste is;
 - the honest student of each lesson, graded beside the attacks, keeps full marks and "graded".
 
 Each kind took rule-protected points, "graded", on the code the issue was filed against; this file
@@ -74,11 +75,21 @@ def test_controls(graded, student):
 @pytest.mark.parametrize("case, student, lesson, test, kind", KINDS,
                          ids=[f"{case}-{test}" for case, _, _, test, _ in KINDS])
 def test_attack_takes_no_ruled_points(graded, case, student, lesson, test, kind):
-    """The kind scores what the blank notebook scores on its test, and its submission is graded."""
+    """The kind scores at most what the blank notebook scores on the test whose points it goes for."""
     row, blank = graded[student], graded[f"{corpus.PREFIX[lesson]}_blank"]
     if kind in corpus.HELD_IS_FINE and row["status"].startswith("needs manual review"):
         return            # the library's code run as the student's: held with its points, as a paste is
     assert float(row[test] or 0) <= float(blank[test] or 0), \
-        f"{case} ({corpus.ROUTES[kind]}) took {row[test]} of {test}'s points ({student})"
-    assert float(row["score"]) <= float(blank["score"]), (student, row["score"], blank["score"])
-    assert row["status"] == "graded", (student, row["status"], row["notes"])
+        f"{case} ({corpus.ROUTES[kind]}) took {row[test]} of {test}'s points ({student}: {row['status']})"
+
+
+@pytest.mark.parametrize("student", sorted(ATTACKS))
+def test_attack_is_graded_at_most_blank(graded, student):
+    """Each attack submission is graded (not held, timed out or rejected) and scores at most the blank."""
+    lesson, _answers = ATTACKS[student]
+    row, blank = graded[student], graded[f"{corpus.PREFIX[lesson]}_blank"]
+    kinds = {kind for _, who, _, _, kind in KINDS if who == student}
+    if kinds <= corpus.HELD_IS_FINE and row["status"].startswith("needs manual review"):
+        return
+    assert row["status"] == "graded", (student, sorted(kinds), row["status"], row["notes"])
+    assert float(row["score"]) <= float(blank["score"]), (student, sorted(kinds), row["score"], blank["score"])
