@@ -24,6 +24,12 @@ and every attack gets past both on the code of the day the issue was filed:
   by code that claims the library's file name; and a function that behaves differently while it is
   watched (the graded calls are not the watched ones).
 
+Two routes found once the room was in (the graded calls of a ruled function run in a second kernel
+where the forbidden module is absent, its definition replayed from the notebook's bindings): the
+library's own source held in a string (plain, or compressed and encoded) and run by a helper whose
+result is a binding, which the room replays; and lesson 06's memory count from mlexp.kvcache, the
+helpers of the forbidden mlexp.capstone.memory_bytes, which its rule does not name.
+
 Lesson 03 adds three wrong chunkwise answers that are no attack on the grader, only work the rules
 miss: the state rebuilt from every earlier token at each chunk, in the plain and in the gated form
 (``summed_work`` counts the size of what each product returns, not the arithmetic done), and the
@@ -262,12 +268,14 @@ ROUTES = {   # kind -> the route in words
     "library_as_text": "the library's own source (mlexp/ops/_common.py and linear.py) held as a string, run with "
                        "exec (reached as mlexp.importlib's builtins) by a helper whose result is a binding: the "
                        "room replays the bindings, so the library runs there too",
+    "library_as_packed_text": "the same source zlib-compressed and base64-encoded in the string, so that no reading "
+                              "of the notebook's strings finds the library's code in it",
     "allowed_module": "lesson 06's memory count from mlexp.kvcache, the helpers mlexp.capstone.memory_bytes is "
                       "made of: the rule forbids mlexp.capstone only",
 }
 # Kinds whose wanted verdict may also be a hold for a person's review (the library's code run as the
 # student's is held, as tests/corpus/build_corpus.py's l01_pastes_library is), keeping its points.
-HELD_IS_FINE = frozenset({"library_as_text"})
+HELD_IS_FINE = frozenset({"library_as_text", "library_as_packed_text"})
 
 
 def library_text(repo) -> str:
@@ -299,11 +307,39 @@ _mine = _load(LIBRARY)
 '''
 
 
+LIBRARY_AS_PACKED_TEXT = '''import base64
+import zlib
+
+import mlexp
+
+PACKED = {packed}
+
+
+def _load(packed):
+    found = {{"__name__": "my_linear_attention"}}
+    mlexp.importlib.import_module("builtins").exec(zlib.decompress(base64.b64decode(packed)).decode(), found)
+    return found
+
+
+_mine = _load(PACKED)
+
+
+'''
+
+
+def _packed(text: str) -> str:
+    import base64
+    import zlib
+    return base64.b64encode(zlib.compress(text.encode(), 9)).decode()
+
+
 def l01_cases(repo=None) -> dict:
     """Two routes per submission where they cannot meet (one per ruled function), one where a route
     changes the watch for the whole kernel (claims_library_file)."""
     lib = "_ops."
     rec, par = L01_HEADS["recurrent_form"], L01_HEADS["parallel_form"]
+    text = library_text(repo or HERE.parent.parent)
+    mine = "    return " + L01_LIBRARY.replace("linear_attention", '_mine["linear_attention"]', 1) + "\n"
     return {
         "attribute_or_watched": {
             "recurrent_form": ("module_attribute", MODULE_ATTRIBUTE + rec + "\n" + MODULE_ATTRIBUTE_BODY.format(
@@ -320,9 +356,10 @@ def l01_cases(repo=None) -> dict:
                 call=lib + L01_LIBRARY))},
         "claims_library_file": {gid: ("claims_library_file", source) for gid, source in _both(
             CLAIMS_LIBRARY_FILE_BODY, prelude=CLAIMS_LIBRARY_FILE, lib=lib).items()},
-        "library_as_text": {gid: ("library_as_text", source) for gid, source in _both(
-            "    return {call}\n", call=L01_LIBRARY.replace("linear_attention", '_mine["linear_attention"]', 1),
-            prelude=LIBRARY_AS_TEXT.format(text=repr(library_text(repo or HERE.parent.parent)))).items()},
+        "library_as_text": {
+            "recurrent_form": ("library_as_text", LIBRARY_AS_TEXT.format(text=repr(text)) + rec + "\n" + mine),
+            "parallel_form": ("library_as_packed_text", LIBRARY_AS_PACKED_TEXT.format(packed=repr(_packed(text)))
+                              + par + "\n" + mine)},
     }
 
 
