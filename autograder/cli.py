@@ -248,6 +248,12 @@ def _set_repo(root: Path, repo: str) -> None:
 
 
 def _grade(args) -> int:
+    from autograder.journal import folder_in_use
+    with folder_in_use(Path(args.out), "grade"):   # another grade or report there: stop now
+        return _grade_held(args)
+
+
+def _grade_held(args) -> int:
     from autograder.grading.grade import format_table, grade_class
     root = find_course_root(args.course)
     options = from_arguments(args)
@@ -300,8 +306,10 @@ def _report(args) -> int:
     threshold = THRESHOLD if args.similarity is None else args.similarity
     if not 0 < threshold <= 1:
         raise ValueError(f"--similarity takes a fraction in (0, 1], got {threshold}")
-    done = write_class_outputs(root, Path(args.out), threshold=threshold,
-                               term=read_term(args, root))
+    from autograder.journal import folder_in_use
+    with folder_in_use(Path(args.out), "report", create=False):   # never beside a grade writing there
+        done = write_class_outputs(root, Path(args.out), threshold=threshold,
+                                   term=read_term(args, root))
     late = sum(1 for g in done["grades"] if g.late_penalty)
     undecided = sum(1 for g in done["grades"] if g.review == "undecided")
     print(f"wrote {done['report']}, {done['insights']}, {len(done['csv'])} grade CSV(s) and the "
@@ -386,7 +394,7 @@ def _export(args) -> int:
     if result.needs_you and not args.send_undecided:
         what = []
         if result.held:
-            what.append(f"{len(result.held)} grade(s) held back (undecided or rejected)")
+            what.append(f"{len(result.held)} grade(s) held back (undecided, timed out or rejected)")
         if result.unmatched_students:
             what.append(f"{len(result.unmatched_students)} graded student(s) not in the gradebook")
         print(f"error: {' and '.join(what)}: see HELD BACK / NOT FOUND above; {args.dest} "

@@ -6,17 +6,67 @@ renaming it over the old one (``os.replace`` is atomic), so a batch killed at an
 every file either complete or absent. A re-run reuses a result whose ``digest`` (the submitted
 bytes, the lesson and the grader settings) is unchanged, and grades everything else.
 """
+import datetime
+import fcntl
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from autograder.ids import folder_name
 
-__all__ = ["journal_path", "load_result", "save_result", "digest", "atomic_write", "MANIFEST",
+__all__ = ["FOLDER_LOCK", "FolderInUse", "folder_in_use", "journal_path", "load_result", "save_result", "digest", "atomic_write", "MANIFEST",
            "write_manifest", "read_manifest", "load_results"]
 
 MANIFEST = "class.json"     # the class of a grading folder: its students, lessons and columns
+FOLDER_LOCK = ".in-use"     # held (flock) by the grade or report writing into a folder
+_HELD = {}                  # folders this process holds: {resolved path: depth}
+
+
+class FolderInUse(ValueError):
+    """Another grade or report is writing into the folder; the message names it."""
+
+
+@contextmanager
+def folder_in_use(out: Path, command: str, create: bool = True):
+    """Hold ``out`` for ``command`` ("grade", "report") while the block runs: a second run into
+    the same folder (another process) stops at once with FolderInUse naming the first one,
+    instead of undoing its work when it finishes. Re-entrant within one process; the lock is
+    the OS's (flock), so a run killed outright leaves nothing held. Without ``create`` a
+    folder that does not exist is not made (nothing to hold)."""
+    out = Path(out).resolve()
+    if out in _HELD:
+        _HELD[out] += 1
+        try:
+            yield
+        finally:
+            _HELD[out] -= 1
+        return
+    if not create and not out.is_dir():
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / FOLDER_LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        who = f.read().strip() or "another run"
+        f.close()
+        raise FolderInUse(f"{out} is in use: {who} is writing into it. Wait for it to end "
+                          f"(then run {command} again: what it committed is kept), or give "
+                          "another folder") from None
+    try:
+        f.truncate(0)
+        f.write(f"`{command}` (process {os.getpid()}, since "
+                f"{datetime.datetime.now().astimezone().isoformat(' ', 'seconds')})\n")
+        f.flush()
+        _HELD[out] = 1
+        yield
+    finally:
+        _HELD.pop(out, None)
+        f.close()
 
 
 def journal_path(out: Path, assignment: str, student: str) -> Path:

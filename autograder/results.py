@@ -24,9 +24,12 @@ from autograder import ids
 from autograder.journal import atomic_write
 
 __all__ = ["Result", "Status", "GRADED", "NEEDS_REVIEW", "TIMED_OUT", "REJECTED", "FinalGrade",
+           "UNDECIDED_KINDS", "KEPT",
            "GRADE_COLUMNS", "write_grades_csv", "TIMESTAMP_SOURCE", "read_timestamp"]
 
 GRADED, NEEDS_REVIEW, TIMED_OUT, REJECTED = "graded", "needs manual review", "timed out", "rejected"
+UNDECIDED_KINDS = (NEEDS_REVIEW, TIMED_OUT)   # held back (export, push) until a row decides them
+KEPT = "kept the tests' score"   # an overrides.csv row whose points are ``keep``
 TIMESTAMP_SOURCE = "nbgrader timestamp.txt"    # each LMS's own sources: lms/ (Lms.stamp_source)
 # grades.csv: these, then the points of each exercise, then hints (autograder.reporting.insights).
 GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "notes",
@@ -47,6 +50,7 @@ class Result:
     notes: list = field(default_factory=list)       # repairs and choices made, one per line
     file: str = ""             # the submitted file that was graded
     digest: str = ""           # identity of the graded bytes + lesson + settings
+    attempt: str = ""          # identity of what was handed in (bytes only): decisions are its
     reused: bool = False       # True when taken from the journal of an earlier run
     retry: bool = False        # the grader (not the student) failed: grade again next run
     submitted_at: str = ""     # ISO 8601 (with its zone, or without for an LMS wall-clock time)
@@ -56,6 +60,12 @@ class Result:
     def from_dict(cls, data: dict) -> "Result":
         """A Result from a journal dict; keys this version does not know are ignored."""
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def attempt_id(self) -> str:
+        """The attempt a decision of overrides.csv is for: ``attempt``, else (a result graded
+        before attempts were recorded) its ``digest``."""
+        return self.attempt or self.digest
 
 
 @dataclass(frozen=True)
@@ -104,11 +114,14 @@ class FinalGrade:
     exercises: dict = field(default_factory=dict)   # grade_id -> points, overrides applied
     feedback: list = field(default_factory=list)
     late_note: str = ""            # why the penalty is what it is, in words (shown to students)
+    stale: list = field(default_factory=list)       # [Override] of an earlier attempt: not applied
+    attempt: str = ""              # the attempt graded (Result.attempt_id)
 
     @property
     def override_text(self) -> str:
         """What was overridden: "total=5" or "test_add=1; test_mul=3"."""
-        return "; ".join(f"{o.exercise or 'total'}={o.points:g}" for o in self.overrides)
+        return "; ".join(KEPT if o.keep else f"{o.exercise or 'total'}={o.points:g}"
+                         for o in self.overrides)
 
     @property
     def override_comment(self) -> str:

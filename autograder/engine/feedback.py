@@ -315,6 +315,12 @@ def grade_box(row, titles=None) -> str:
     e = html.escape
     items = [f"<li class='raw'>Tests: {row.machine_score:g} of {row.max_score:g} points</li>"]
     for o in row.overrides:
+        if getattr(o, "keep", False):   # a decision of its own: the tests' score stands
+            said = f": {e(o.comment)}" if o.comment else ""
+            who = f" ({e(o.by)})" if o.by else ""
+            items.append(f"<li class='override kept'>Reviewed by your instructor{who}, who "
+                         f"kept the tests' score{said}</li>")
+            continue
         title = (titles or {}).get(o.exercise)
         name = f"&ldquo;{e(title)}&rdquo;" if title and title != o.exercise else \
             f"<code>{e(o.exercise)}</code>"
@@ -327,7 +333,13 @@ def grade_box(row, titles=None) -> str:
         items.append(f"<li class='late'>Late work: {e(row.late_note)}</li>")
     # an unknown submission time ("Canvas marked it _LATE_ ...: no late penalty applied") is the
     # instructor's to read in the report, not the student's: Canvas's own late policy may apply
-    if row.status.kind == "needs manual review" and row.review == "undecided":
+    for o in getattr(row, "stale", ()):
+        what = f"exercise {e(o.exercise)} set to {o.points:g}" if o.exercise and not o.keep \
+            else "the tests' score kept" if o.keep else f"lesson total set to {o.points:g}"
+        items.append(f"<li class='stale'>Your instructor's decision on an earlier attempt "
+                     f"({what}) does not apply to this one; the score may change when they "
+                     "look at it.</li>")
+    if row.status.kind in ("needs manual review", "timed out") and row.review == "undecided":
         items.append("<li class='review'>Your instructor will look at this submission; the "
                      "score may change.</li>")
     return (f"{GRADE_BOX_START}<div class='mlexp-final' id='mlexp-final'>"
@@ -400,7 +412,8 @@ def write_grade_boxes(out, rows, titles=None) -> list:
 
     written = []
     for row in rows:
-        said = row.due or row.overrides or row.days_late or row.review == "undecided"
+        said = row.due or row.overrides or row.days_late or row.review == "undecided" or \
+            getattr(row, "stale", None)
         box = grade_box(row, (titles or {}).get(row.assignment)) if said else ""   # no term and no decision: the page as graded
         for page in sorted((Path(out) / "feedback" / folder_name(row.student) / row.assignment)
                            .glob("*.html")):

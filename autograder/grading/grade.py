@@ -28,14 +28,16 @@ from autograder.engine.autograde import SANDBOX_PREPROCESSORS, Grader, nbgrader_
 from autograder.intake.collect import DEFAULT_MAX_BYTES, choose_notebook, collect
 from autograder.config import list_assignments
 from autograder.grading.earlier import EarlierLessons
-from autograder.journal import atomic_write, digest, load_result, save_result, write_manifest
+from autograder.journal import (atomic_write, digest, folder_in_use, load_result, save_result,
+                               write_manifest)
 from autograder.options import GradingOptions
 from autograder.release import Release
 from autograder.publishing.releases import git_releases, release_history, update_releases
 from autograder.lms.base import by_layout
 from autograder.intake.repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
 from autograder.results import GRADE_COLUMNS, Result, read_timestamp, write_grades_csv
-from autograder.term.policy import OVERRIDES_FILE, final_grades, read_overrides
+from autograder.term.policy import (OVERRIDES_FILE, attempts_of, grade_rows, read_overrides,
+                                    stamp_overrides)
 from autograder.term.termfile import remember_term, remembered_term
 from autograder.reporting.report import write_class_outputs
 
@@ -130,6 +132,7 @@ def _prepare(sub, lesson, settings: str, max_bytes: int) -> _Job:
         job.notebooks[name] = nb
     for rel, path in sub.data_files:   # files carried beside the notebook change the run
         parts += [rel, path.read_bytes()]
+    res.attempt = digest("attempt", *parts[2:])   # what was handed in, whatever grades it
     if res.status == "graded" and not job.notebooks:
         res.status = "rejected: none of the expected notebooks was submitted " \
                      f"(expected {', '.join(lesson.names)})"
@@ -162,10 +165,18 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
     ValueError when ``submissions`` holds no class, results.OverrideError for a bad row of
     overrides.csv, term.TermError when the recorded term file is gone or invalid,
     sandbox.SandboxUnavailable when the OS sandbox cannot run (here, or on a worker)
-    and ``options.unsandboxed`` is not set, and distributed.ClusterError when the cluster cannot
-    be used or is lost (the results committed before it are kept).
+    and ``options.unsandboxed`` is not set, distributed.ClusterError when the cluster cannot
+    be used or is lost (the results committed before it are kept), and journal.FolderInUse when
+    another ``grade`` or ``report`` is writing into ``out``.
     """
     root, out = Path(root).resolve(), Path(out).resolve()   # nbgrader chdirs while it works
+    with folder_in_use(out, "grade"):   # a second run into ``out`` stops here, naming this one
+        return _grade_class(root, submissions, out, options, progress, jobs, force, db_url,
+                            max_bytes, scheduler, term)
+
+
+def _grade_class(root, submissions, out, options, progress, jobs, force, db_url, max_bytes,
+                 scheduler, term) -> list:
     options = options or GradingOptions()
     if not scheduler and not options.kernel_threads:   # this machine's cores, shared by the jobs
         options = replace(options, kernel_threads=jail.shared_threads(jobs))
@@ -190,6 +201,11 @@ def grade_class(root: Path, submissions=None, out: Path = Path("grades"),
         **kept.known(),
         **{(s.student, s.assignment): lessons[s.assignment].maxima
            if s.assignment in lessons else {} for s in subs}})
+    # a row written without an attempt decides the attempt graded when it is read: the one in
+    # the journal now, before this run grades another (stamped in the file, with a warning)
+    overrides = stamp_overrides(out / OVERRIDES_FILE, overrides, attempts_of(
+        Result.from_dict(r) for r in (load_result(out, o.assignment, o.student)
+                                      for o in overrides if not o.attempt) if r))
     if term is None:   # the term file of an earlier --term, read again, else none
         term = remembered_term(out, assignments)
     else:
@@ -337,9 +353,10 @@ def write_csv(path: Path, results: list, exercise_columns: list, hints=None, ter
     """grades.csv from Results: one row per student and assignment, BASE_COLUMNS, then points
     per graded cell, then ``hints`` when given ((student, assignment) -> mistake ids). With
     ``term`` (autograder.term.termfile.Term) and ``overrides`` ([results.Override]) the late rule and the
-    instructor's decisions are applied (autograder.term.policy.final_grades). Atomic; every text
+    instructor's decisions are applied as ``report`` applies them (autograder.term.policy.grade_rows,
+    the Moodle worksheets' times included). Atomic; every text
     cell is spreadsheet-safe (an id like ``=HYPERLINK(...)`` is shown, never run)."""
-    write_grades_csv(path, final_grades(results, term, overrides), exercise_columns, hints)
+    write_grades_csv(path, grade_rows(results, term, overrides), exercise_columns, hints)
 
 
 def _num(x: float) -> str:

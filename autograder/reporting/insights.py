@@ -19,12 +19,13 @@ from autograder.journal import atomic_write, load_result, read_manifest
 from autograder.cells import grade_id_of, is_test_cell
 from autograder.mistakes import NO_MATCH, NOT_GRADED, hint_shown, match_mistake
 from autograder.release import Release, answer_text
-from autograder.results import REJECTED, Status, write_grades_csv
+from autograder.results import REJECTED, TIMED_OUT, Status, write_grades_csv
 from autograder.term.policy import final_grades
 
-__all__ = ["INSIGHT_COLUMNS", "Insight", "ClassData", "load_class",
+__all__ = ["INSIGHT_COLUMNS", "TIMED_OUT_MISTAKE", "Insight", "ClassData", "load_class",
            "write_insights_csv", "write_lesson_csvs"]
 
+TIMED_OUT_MISTAKE = "timed_out"   # a failed exercise of a submission that reached a limit
 INSIGHT_COLUMNS = ["student_id", "assignment", "exercise", "title", "points", "max_points",
                    "mistake", "hint"]
 
@@ -32,7 +33,9 @@ INSIGHT_COLUMNS = ["student_id", "assignment", "exercise", "title", "points", "m
 @dataclass
 class Insight:
     """One row of insights.csv. ``mistake`` is "" for a passed exercise, a catalogued id,
-    NO_MATCH (failed, hint matches no catalogued mistake) or NOT_GRADED."""
+    NO_MATCH (failed, hint matches no catalogued mistake), TIMED_OUT_MISTAKE (failed in a
+    submission that timed out: whatever its output quoted, never a catalogued mistake) or
+    NOT_GRADED."""
     student: str
     assignment: str
     exercise: str
@@ -78,7 +81,8 @@ def _read_nb(path: Path):
 def _student_insights(work: Path, lesson: Release, res: dict, internal: str) -> tuple:
     """(insights, answer text) of one result: the hints from the autograded notebooks, the
     answers from the submitted ones (as graded, after repair)."""
-    graded = bool(res.get("exercises")) and Status.of(res.get("status", "")).kind != REJECTED
+    kind = Status.of(res.get("status", "")).kind
+    graded = bool(res.get("exercises")) and kind != REJECTED
     shown, answers = {}, ""
     if graded:
         for name in lesson.notebooks:
@@ -97,7 +101,8 @@ def _student_insights(work: Path, lesson: Release, res: dict, internal: str) -> 
             mistake, hint = "", ""
         else:
             hint = shown.get(ex.grade_id, "")
-            mistake = match_mistake(lesson.mistakes, ex.grade_id, hint) or NO_MATCH
+            mistake = TIMED_OUT_MISTAKE if kind == TIMED_OUT else \
+                match_mistake(lesson.mistakes, ex.grade_id, hint) or NO_MATCH
         rows.append(Insight(res["student"], lesson.assignment, ex.grade_id, ex.title,
                             float(points), ex.points, mistake, hint))
     return rows, answers

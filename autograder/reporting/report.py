@@ -54,8 +54,13 @@ _STATUS_ADVICE = {
             "`report DIR --term FILE` change it without regrading.",
     "time unknown": "the lesson has a due date but the submission carries no time: no penalty "
                     "was applied; set one with overrides.csv if one is due.",
-    TIMED_OUT: "the cells named ran past the per-cell limit and scored as failed; regrade with "
-                 "a larger --cell-timeout if the code was merely slow.",
+    TIMED_OUT: "the cells named reached a limit and scored as failed; like a manual review, "
+               "export and push hold the grade back until a row of DIR/overrides.csv decides "
+               "it (points, or keep to keep the tests' score). If the code was merely slow, "
+               "regrade with a larger --timeout or --cpu-time.",
+    "stale": "overrides.csv decided an earlier attempt; the student handed in again, so that "
+             "decision is not applied to this one: write a row for the attempt now graded "
+             "(its attempt column, or leave it empty) to decide it.",
     REJECTED: "the file could not be graded (not a notebook, broken JSON, wrong lesson); ask "
                 "the student for the notebook itself, then grade again.",
     "no page": "graded, and the score stands, but the feedback page could not be written (the "
@@ -232,6 +237,9 @@ def _statuses(results: list, grades: dict = None) -> str:
             was = f"{status.reason}; " if final.review == "decided" else ""
             groups["decided"].append((r["student"], f"{was}{final.override_text} -> score "
                                       f"{final.score:g} ({final.override_comment or 'no comment'})"))
+        for o in (final.stale if final is not None else ()):
+            groups["stale"].append((r["student"], f"line {o.line}: {o.what} for attempt "
+                                    f"{o.attempt[:12]}; graded now: {final.attempt[:12]}"))
         if kind != GRADED and not (final is not None and final.review == "decided"):
             groups[kind].append((r["student"], status.reason))
         elif kind == GRADED and status.reason:
@@ -250,7 +258,9 @@ def _statuses(results: list, grades: dict = None) -> str:
         if items:
             why = "".join(f"<div><b>{_e(s)}</b>: {_e(reason)}</div>" for s, reason in items)
             label = {NEEDS_REVIEW: "manual review: undecided" if grades else kind,
-                     "decided": "decided (overrides)"}.get(kind, kind)
+                     TIMED_OUT: "timed out: undecided" if grades else kind,
+                     "decided": "decided (overrides)",
+                     "stale": "decided for an earlier attempt"}.get(kind, kind)
             out.append(f"<tr class='status' data-status='{_e(kind)}'><td>{_e(label)}</td>"
                        f"<td class='num count'>{len(items)}</td><td class='who'>{why}</td>"
                        f"<td class='note'>{_e(_STATUS_ADVICE[kind])}</td></tr>")

@@ -61,7 +61,7 @@ from autograder import ids
 from autograder.lms.base import LMSS
 from autograder.lms.gradebooks import Export, lesson_columns, number_of, points_text
 from autograder.lms.table import ExportError, Table, read_table, write_table
-from autograder.results import NEEDS_REVIEW, REJECTED, Status
+from autograder.results import NEEDS_REVIEW, REJECTED, TIMED_OUT, Status
 from autograder.term.policy import load_final_grades
 from autograder.course import LESSONS
 from autograder.term.termfile import TERM_RECORD, load_term, remembered_term
@@ -79,10 +79,13 @@ def _original(cell: str) -> str:
 
 
 def _undecided(status, review: str, overridden: bool) -> str:
-    """Why a final grade is no one's decision yet ("" when it is one): a manual review no row
-    of overrides.csv decided, or rejected work (no notebook, unreadable) with no row either."""
+    """Why a final grade is no one's decision yet ("" when it is one): a manual review or a
+    timed-out submission no row of overrides.csv decided (for the attempt graded), or rejected
+    work (no notebook, unreadable) with no row either."""
     if status.kind == NEEDS_REVIEW and review != "decided" and not overridden:
         return f"manual review undecided ({status.reason or 'no reason given'})"
+    if status.kind == TIMED_OUT and review != "decided" and not overridden:
+        return f"timed out ({status.reason or 'a limit was reached'})"
     if status.kind == REJECTED and not overridden:
         return f"rejected, not graded ({status.reason or 'no reason given'})"
     return ""

@@ -25,33 +25,45 @@ import csv
 import datetime as dt
 import io
 import math
-from dataclasses import dataclass
+import re
+import warnings
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from autograder import ids
 from autograder.config import list_assignments
-from autograder.journal import load_results
+from autograder.journal import atomic_write, load_results
 from autograder.release import lesson_maxima
 from autograder.lms.moodle import MOODLE_SOURCE, moodle_submission_times
-from autograder.results import (NEEDS_REVIEW, REJECTED, TIMESTAMP_SOURCE, _ZONE_MARK, FinalGrade,
-                                Result, Status)
+from autograder.results import (KEPT, REJECTED, TIMESTAMP_SOURCE, UNDECIDED_KINDS, _ZONE_MARK,
+                                FinalGrade, Result, Status)
 from autograder.term.termfile import EMPTY_TERM, Term, remembered_term
 
-__all__ = ["Override", "OverrideError", "OVERRIDES_FILE", "OVERRIDE_COLUMNS", "read_overrides",
-           "final_grades", "class_grades", "with_worksheet_times", "late_penalty",
+__all__ = ["Override", "OverrideError", "OverridesStamped", "OVERRIDES_FILE", "OVERRIDE_COLUMNS",
+           "ATTEMPT_COLUMN", "KEEP", "read_overrides", "stamp_overrides", "final_grades",
+           "grade_rows", "class_grades", "with_worksheet_times", "late_penalty",
            "load_final_grades"]
 
 OVERRIDES_FILE = "overrides.csv"
 OVERRIDE_COLUMNS = ["student_id", "assignment", "exercise", "points", "comment", "by"]
+ATTEMPT_COLUMN = "attempt"   # optional 7th column: the digest (or its first 8+ characters)
+KEEP = "keep"                # the points of a row that keeps the tests' score (a decision)
+_HEX = re.compile(r"[0-9a-f]{8,64}")
 
 
 class OverrideError(ValueError):
     """overrides.csv has a bad row; the message names the file and line and what to write."""
 
 
+class OverridesStamped(UserWarning):
+    """Rows of overrides.csv written without an attempt were stamped with the one graded."""
+
+
 @dataclass(frozen=True)
 class Override:
-    """One decision of overrides.csv: ``exercise`` "" sets the lesson's total ``points``."""
+    """One decision of overrides.csv: ``exercise`` "" sets the lesson's total ``points``;
+    ``keep`` (points ``keep``, exercise "") keeps the tests' score as the decision; ``attempt``
+    the digest (or a prefix) of the attempt decided, "" for a row not stamped yet."""
     student: str
     assignment: str
     exercise: str
@@ -59,41 +71,68 @@ class Override:
     comment: str = ""
     by: str = ""
     line: int = 0
+    attempt: str = ""
+    keep: bool = False
+
+    def for_attempt(self, attempt: str) -> bool:
+        """Whether this decision is for ``attempt`` (a row not stamped yet: for any)."""
+        return not self.attempt or bool(attempt) and attempt.startswith(self.attempt)
+
+    @property
+    def what(self) -> str:
+        """The decision in words ("lesson total set to 5 points", "kept the tests' score")."""
+        if self.keep:
+            return KEPT
+        where = f"exercise {self.exercise}" if self.exercise else "lesson total"
+        return f"{where} set to {self.points:g} point{'s' * (self.points != 1)}"
 
 
-def read_overrides(path, known: dict) -> list:
-    """Read overrides.csv (header OVERRIDE_COLUMNS) and check every row against the class.
-
-    ``known``: {(student id, assignment): {grade_id: max points}} of the graded class. A missing
-    file is no overrides. An id may be written as grades.csv shows it (an id starting with
-    ``=`` there keeps the apostrophe that stops a spreadsheet from running it). Raises OverrideError naming the line for: a wrong header, an unknown
-    student, lesson or exercise, points that are not a number, negative or over the maximum,
-    and a row that repeats an earlier one (same student, lesson and exercise).
-    """
-    path = Path(path)
-    if not path.is_file():
-        return []
+def _read_rows(path: Path):
+    """(header, [(line, cells)]) of overrides.csv; raises OverrideError for a file that is not
+    UTF-8. The BOM a spreadsheet writes is fine."""
     try:
-        text = path.read_text(encoding="utf-8-sig")   # a spreadsheet's BOM is fine
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise OverrideError(f"{path} is not UTF-8 text ({exc}); save it as CSV UTF-8.") from None
     reader = csv.reader(io.StringIO(text))
     header = [h.strip() for h in next(reader, [])]
-    if header != OVERRIDE_COLUMNS:
+    rows = []
+    for row in reader:
+        rows.append((reader.line_num, row))
+    return header, rows
+
+
+def read_overrides(path, known: dict) -> list:
+    """Read overrides.csv (header OVERRIDE_COLUMNS, optionally followed by ``attempt``) and
+    check every row against the class.
+
+    ``known``: {(student id, assignment): {grade_id: max points}} of the graded class. A missing
+    file is no overrides. An id may be written as grades.csv shows it (an id starting with
+    ``=`` there keeps the apostrophe that stops a spreadsheet from running it). Raises OverrideError naming the line for: a wrong header, an unknown
+    student, lesson or exercise, points that are not a number (or ``keep`` for a lesson),
+    negative or over the maximum, an attempt that is not a digest, and a row that repeats an
+    earlier one (same student, lesson, exercise and attempt).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    header, rows = _read_rows(path)
+    if header not in (OVERRIDE_COLUMNS, OVERRIDE_COLUMNS + [ATTEMPT_COLUMN]):
         raise OverrideError(f"{path} line 1: the header must be {','.join(OVERRIDE_COLUMNS)} "
+                            f"(optionally followed by ,{ATTEMPT_COLUMN}) "
                             f"(found {','.join(header) or 'nothing'})")
     students = {s for s, _ in known}
     lessons = {a for _, a in known}
     out, seen = [], {}
-    for row in reader:
-        line = reader.line_num
+    for line, row in rows:
         if not any(cell.strip() for cell in row):
             continue
         where = f"{path} line {line}"
-        if len(row) != len(OVERRIDE_COLUMNS):
-            raise OverrideError(f"{where}: {len(row)} cells, expected {len(OVERRIDE_COLUMNS)} "
-                                f"({','.join(OVERRIDE_COLUMNS)}; quote a comment with commas)")
-        student, lesson, exercise, points, comment, by = (c.strip() for c in row)
+        if len(row) != len(header):
+            raise OverrideError(f"{where}: {len(row)} cells, expected {len(header)} "
+                                f"({','.join(header)}; quote a comment with commas)")
+        student, lesson, exercise, points, comment, by = (c.strip() for c in row[:6])
+        attempt = row[6].strip().lower() if len(row) > 6 else ""
         if student not in students and student[1:] in students and \
                 ids.spreadsheet_safe(student[1:]) == student:
             student = student[1:]   # copied from grades.csv, where '=...' keeps its apostrophe
@@ -109,22 +148,67 @@ def read_overrides(path, known: dict) -> list:
         if exercise and exercise not in maxima:
             raise OverrideError(f"{where}: lesson {lesson!r} has no exercise {exercise!r} "
                                 f"(its exercises: {', '.join(maxima)}; empty sets the total)")
+        if attempt and not _HEX.fullmatch(attempt):
+            raise OverrideError(f"{where}: attempt {attempt!r} is not a digest (grades.csv's "
+                                f"{ATTEMPT_COLUMN} column, or its first 8 characters or more); "
+                                "leave it empty for the attempt graded now")
+        keep = points.lower() == KEEP
+        if keep and exercise:
+            raise OverrideError(f"{where}: points {KEEP!r} keeps the tests' score of the whole "
+                                f"lesson: leave exercise empty (or write the points of "
+                                f"{exercise!r})")
         try:
-            value = float(points)
+            value = 0.0 if keep else float(points)
         except ValueError:
-            raise OverrideError(f"{where}: points {points!r} is not a number") from None
+            raise OverrideError(f"{where}: points {points!r} is not a number (or {KEEP!r} to "
+                                "keep the tests' score)") from None
         top = maxima[exercise] if exercise else sum(maxima.values())
         if not math.isfinite(value) or value < 0 or value > top:
             raise OverrideError(f"{where}: points {points} is outside 0 to {top:g}, the most "
                                 f"{'exercise ' + repr(exercise) if exercise else 'the lesson'} "
                                 "can score")
-        key = (student, lesson, exercise)
+        key = (student, lesson, exercise, attempt)
         if key in seen:
-            raise OverrideError(f"{where} repeats line {seen[key]} (same student, lesson and "
-                                "exercise): keep one")
+            raise OverrideError(f"{where} repeats line {seen[key]} (same student, lesson, "
+                                "exercise and attempt): keep one")
         seen[key] = line
-        out.append(Override(student, lesson, exercise, value, comment, by, line))
+        out.append(Override(student, lesson, exercise, value, comment, by, line, attempt, keep))
     return out
+
+
+def stamp_overrides(path, overrides: list, attempts: dict) -> list:
+    """Stamp each row of ``overrides`` (read from ``path``) that names no attempt with the
+    attempt graded now (``attempts``: {(student, lesson): attempt id}), in the file itself (an
+    ``attempt`` column added when it has none; every other cell as written), and warn
+    (OverridesStamped) naming each line. Returns the overrides as stamped. A row whose
+    submission has no attempt id is left as it is."""
+    todo = {o.line: attempts.get((o.student, o.assignment)) for o in overrides
+            if not o.attempt and attempts.get((o.student, o.assignment))}
+    if not todo:
+        return list(overrides)
+    path = Path(path)
+    raw = path.read_bytes()
+    header, rows = _read_rows(path)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n" if b"\r\n" in raw else "\n")
+    w.writerow(OVERRIDE_COLUMNS + [ATTEMPT_COLUMN])
+    for line, row in rows:
+        if not any(cell.strip() for cell in row):
+            w.writerow(row)
+            continue
+        row = row + [""] * (len(OVERRIDE_COLUMNS) + 1 - len(row))
+        if line in todo:
+            row[len(OVERRIDE_COLUMNS)] = todo[line]
+        w.writerow(row)
+    atomic_write(path, ("\ufeff" if raw.startswith(b"\xef\xbb\xbf") else "") + buf.getvalue())
+    said = "; ".join(f"line {o.line} ({o.student}, {o.assignment}: {o.what})"
+                     for o in overrides if o.line in todo)
+    first = next(iter(todo.values()))
+    warnings.warn(OverridesStamped(
+        f"{path}: {said} named no attempt: stamped with attempt {first[:12]}"
+        f"{' and others' if len(set(todo.values())) > 1 else ''}, the one graded now (its "
+        f"{ATTEMPT_COLUMN} column); a new attempt will not be decided by it"), stacklevel=2)
+    return [replace(o, attempt=todo[o.line]) if o.line in todo else o for o in overrides]
 
 
 def _abbreviation_mismatch(when: dt.datetime, source: str, zone) -> str:
@@ -190,7 +274,10 @@ def final_grades(results, term: Term = None, overrides=(), lesson_max: dict = No
     for res in results:
         res = Result.from_dict(res) if isinstance(res, dict) else res
         status = Status.of(res.status)
-        decided = mine.get((res.student, res.assignment), [])
+        attempt = res.attempt_id
+        decided, stale = [], []
+        for o in mine.get((res.student, res.assignment), []):
+            (decided if o.for_attempt(attempt) else stale).append(o)
         exercises = {k: float(v) for k, v in res.exercises.items()}
         machine = float(res.score) if status.kind != REJECTED else 0.0
         raw = machine
@@ -198,10 +285,14 @@ def final_grades(results, term: Term = None, overrides=(), lesson_max: dict = No
             if o.exercise:
                 raw += o.points - exercises.get(o.exercise, 0.0)
                 exercises[o.exercise] = o.points
-        total = [o for o in decided if not o.exercise]
+        total = [o for o in decided if not o.exercise and not o.keep]
         if total:
             raw = total[-1].points
         notes = list(res.notes)
+        for o in stale:
+            notes.append(f"overrides.csv line {o.line} ({o.what}) decided an earlier attempt "
+                         f"({o.attempt[:12]}), not this one ({attempt[:12] or 'unknown'}): not "
+                         "applied; decide again")
         due = term.due(res.student, res.assignment)
         when = _aware(res.submitted_at, zone)
         source = res.submitted_at_source
@@ -226,14 +317,14 @@ def final_grades(results, term: Term = None, overrides=(), lesson_max: dict = No
             late_note = f"{_unknown_time(source)}: no late penalty applied"
             notes.append(late_note)
         review = ""
-        if status.kind == NEEDS_REVIEW:
+        if status.kind in UNDECIDED_KINDS:
             review = "decided" if decided else "undecided"
         max_score = float(res.max_score or (lesson_max or {}).get(res.assignment, 0.0))
         rows.append(FinalGrade(
             res.student, res.assignment, round(raw - penalty, 2), max_score, status, notes,
             round(raw, 2), machine, round(penalty, 2), days, due.isoformat() if due else "",
             res.submitted_at, res.submitted_at_source or ("" if res.submitted_at else "unknown"),
-            decided, review, exercises, list(res.feedback), late_note))
+            decided, review, exercises, list(res.feedback), late_note, stale, attempt))
     return rows
 
 
@@ -242,9 +333,25 @@ def class_grades(out, results: list, maxima: dict, term: Term = None) -> list:
     ``term`` and ``out/overrides.csv`` checked against ``maxima`` ({assignment: {grade_id:
     points}}). Raises OverrideError for a bad row."""
     known = {(r["student"], r["assignment"]): maxima.get(r["assignment"], {}) for r in results}
-    overrides = read_overrides(Path(out) / OVERRIDES_FILE, known)
-    return final_grades(with_worksheet_times(results, term), term, overrides,
-                        {a: sum(m.values()) for a, m in maxima.items()})
+    path = Path(out) / OVERRIDES_FILE
+    overrides = stamp_overrides(path, read_overrides(path, known), attempts_of(results))
+    return grade_rows(results, term, overrides, {a: sum(m.values()) for a, m in maxima.items()})
+
+
+def attempts_of(results) -> dict:
+    """{(student, lesson): attempt id} of ``results`` (Results or journal dicts)."""
+    found = (Result.from_dict(r) if isinstance(r, dict) else r for r in results)
+    return {(r.student, r.assignment): r.attempt_id for r in found}
+
+
+def grade_rows(results, term: Term = None, overrides=(), lesson_max: dict = None) -> list:
+    """The one route to final grades: ``results`` (Results or journal dicts) with the Moodle
+    worksheets' submission times (:func:`with_worksheet_times`), the late rule and ``overrides``
+    applied (:func:`final_grades`). grades.csv while ``grade`` runs (and after it was
+    interrupted, or its report step failed), ``report``, the feedback pages' grade box,
+    ``export`` and ``canvas push`` all take their rows from here."""
+    dicts = [asdict(r) if isinstance(r, Result) else r for r in results]
+    return final_grades(with_worksheet_times(dicts, term), term, overrides, lesson_max)
 
 
 def with_worksheet_times(results: list, term: Term = None) -> list:

@@ -1,0 +1,265 @@
+"""A decision belongs to an attempt; one route to a final grade (issue 52, items 4 and 5).
+
+Nothing here grades a notebook: each test builds a graded folder as ``grade`` leaves it (a
+lesson's release, class.json, the journal) and runs ``export`` / ``report``'s computation on it.
+The numbers expected are computed here from the rule (score / max x the column's points).
+"""
+import csv
+import fcntl
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.cli import main
+from autograder.journal import save_result, write_manifest
+from autograder.results import Result
+from test_export import CANVAS, assert_cells, expected_cells, parse, term_file
+
+LESSON = "01_running_sum"
+MAXIMA = {"test_add": 2.0, "test_mul": 3.0}      # 5 points; Canvas's column is worth 10
+OLD, NEW = "a" * 64, "b" * 64                    # two attempts' digests
+
+
+def _release(out: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    for gid, pts in MAXIMA.items():
+        cell = nbformat.v4.new_code_cell("assert True")
+        cell.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "points": pts,
+                                     "solution": False, "locked": True, "schema_version": 3}
+        nb.cells.append(cell)
+    folder = out / "work" / "release" / LESSON
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / f"{LESSON}.ipynb")
+
+
+def graded(tmp_path: Path, results: list) -> Path:
+    """DIR as grade leaves it: the release, class.json and one journal entry per Result."""
+    out = tmp_path / "graded"
+    _release(out)
+    for r in results:
+        r.max_score = r.max_score or sum(MAXIMA.values())
+        save_result(out, r.__dict__)
+    write_manifest(out, [(r.student, r.assignment, r.student) for r in results],
+                   {LESSON: list(MAXIMA)})
+    return out
+
+
+def overrides(out: Path, rows: list, header=("student_id", "assignment", "exercise", "points",
+                                              "comment", "by")) -> Path:
+    path = out / "overrides.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([list(header)] + rows)
+    return path
+
+
+def export(tmp_path, out, name="x.csv", capsys=None):
+    book = tmp_path / "canvas.csv"
+    book.write_bytes(CANVAS.encode())
+    term = term_file(tmp_path, "01 Running sum (1234)", "(1235)", out)
+    code = main(["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--term",
+                 str(term.path), "--out", str(tmp_path / name)])
+    return code, parse((tmp_path / name).read_bytes(), "utf-8")
+
+
+BEFORE = parse(CANVAS.encode(), "utf-8")
+ROW = {r[1]: i for i, r in enumerate(BEFORE)}
+COL = BEFORE[0].index("01 Running sum (1234)")
+
+
+def test_a_decision_for_one_attempt_does_not_decide_the_next(tmp_path, capsys):
+    """The issue's student: given 9 of 10 after a regrade request, resubmits a 10/10 notebook;
+    the LMS gets the machine's 10 (never the 9 of the attempt before), and the report, grades.csv
+    and the page say that the decision was for an earlier attempt."""
+    from autograder.engine.feedback import grade_box
+    from autograder.term.policy import load_final_grades
+    out = graded(tmp_path, [Result("smithann_12345", LESSON, 5, digest=NEW,
+                                   exercises={"test_add": 2.0, "test_mul": 3.0}),
+                            Result("leeamy_9", LESSON, 2, digest=NEW,
+                                   exercises={"test_add": 2.0, "test_mul": 0.0})])
+    header = ("student_id", "assignment", "exercise", "points", "comment", "by", "attempt")
+    overrides(out, [["smithann_12345", LESSON, "", "4.5", "regrade request", "prof", OLD],
+                    ["leeamy_9", LESSON, "test_mul", "1", "close", "TA", NEW[:12]]], header)
+    code, cells = export(tmp_path, out)
+    assert code == 0
+    assert_cells(cells, expected_cells(BEFORE, {(ROW["12345"], COL): 5 / 5 * 10,
+                                                (ROW["9"], COL): 3 / 5 * 10}))
+    ann, amy = sorted(load_final_grades(out), key=lambda g: g.student)[::-1]
+    assert (ann.score, ann.overrides, [o.points for o in ann.stale]) == (5.0, [], [4.5])
+    assert (amy.score, [o.points for o in amy.overrides], amy.stale) == (3.0, [1.0], [])
+    box = grade_box(ann)
+    assert "earlier attempt" in box and "4.5" in box
+    assert "earlier attempt" in " ".join(ann.notes)
+
+
+def test_keeping_the_machines_score_is_a_decision_of_its_own(tmp_path, capsys):
+    """``keep`` in the points cell decides a review with the machine's score: exported, shown as
+    kept (not as a total typed in), and for that attempt only."""
+    from autograder.engine.feedback import grade_box
+    from autograder.term.policy import load_final_grades
+    out = graded(tmp_path, [Result("smithann_12345", LESSON, 3, digest=NEW,
+                                   status="needs manual review: the kernel printed a score",
+                                   exercises={"test_add": 2.0, "test_mul": 1.0}),
+                            Result("smithann_777", LESSON, 4, digest=NEW,
+                                   status="needs manual review: the kernel printed a score",
+                                   exercises={"test_add": 2.0, "test_mul": 2.0})])
+    header = ("student_id", "assignment", "exercise", "points", "comment", "by", "attempt")
+    overrides(out, [["smithann_12345", LESSON, "", "keep", "checked by hand", "prof", NEW],
+                    ["smithann_777", LESSON, "", "keep", "", "prof", OLD]], header)
+    code, cells = export(tmp_path, out)
+    assert code == 3                                  # 777's keep was for another attempt
+    assert "manual review undecided" in capsys.readouterr().out
+    assert_cells(cells, expected_cells(BEFORE, {(ROW["12345"], COL): 3 / 5 * 10}))
+    ann = {g.student: g for g in load_final_grades(out)}["smithann_12345"]
+    assert (ann.score, ann.review, ann.override_text) == (3.0, "decided", "kept the tests' score")
+    box = grade_box(ann)
+    assert "kept the tests' score" in box and "set to" not in box
+    with pytest.raises(Exception, match="keep"):      # keep decides a lesson, not an exercise
+        overrides(out, [["smithann_12345", LESSON, "test_mul", "keep", "", ""]])
+        load_final_grades(out)
+
+
+def test_a_row_written_before_attempts_is_stamped_with_the_attempt_graded_then(tmp_path, capsys):
+    """overrides.csv of six columns keeps working for the attempt graded when it is read, and is
+    stamped with it then, saying so; the next attempt finds it stale."""
+    from autograder.term.policy import load_final_grades
+    out = graded(tmp_path, [Result("smithann_12345", LESSON, 5, digest=OLD)])
+    path = overrides(out, [["smithann_12345", LESSON, "", "4.5", "regrade request", "prof"]])
+    with pytest.warns(UserWarning, match=r"line 2.*stamped with attempt aaaaaaaa"):
+        (g,) = load_final_grades(out)
+    assert g.score == 4.5
+    rows = list(csv.reader(path.open()))
+    assert rows[0][-1] == "attempt" and rows[1] == ["smithann_12345", LESSON, "", "4.5",
+                                                    "regrade request", "prof", OLD]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                # stamped once: nothing more to say
+        assert load_final_grades(out)[0].score == 4.5
+    save_result(out, {**Result("smithann_12345", LESSON, 5, 5, digest=NEW).__dict__})
+    (g,) = load_final_grades(out)
+    assert (g.score, [o.points for o in g.stale]) == (5.0, [4.5])
+
+
+def test_a_timed_out_submission_is_held_back_until_decided(tmp_path, capsys):
+    out = graded(tmp_path, [Result("smithann_12345", LESSON, 2, digest=NEW,
+                                   status="timed out: test_mul ran past the 60 s limit per cell "
+                                          "(scored as failed)",
+                                   exercises={"test_add": 2.0, "test_mul": 0.0}),
+                            Result("leeamy_9", LESSON, 2, digest=NEW)])
+    code, cells = export(tmp_path, out)
+    printed = capsys.readouterr()
+    assert code == 3 and "HELD BACK (1 timed out)" in printed.out
+    assert "held back (undecided, timed out or rejected)" in printed.err
+    assert_cells(cells, expected_cells(BEFORE, {(ROW["9"], COL): 2 / 5 * 10}))
+    overrides(out, [["smithann_12345", LESSON, "test_mul", "3", "slow machine", "prof"]])
+    code, cells = export(tmp_path, out, "y.csv")
+    assert code == 0 and "HELD BACK" not in capsys.readouterr().out
+    assert_cells(cells, expected_cells(BEFORE, {(ROW["12345"], COL): 5 / 5 * 10,
+                                                (ROW["9"], COL): 2 / 5 * 10}))
+
+
+def test_canvas_push_holds_a_timed_out_submission_back():
+    from autograder.term.export import _undecided
+    from autograder.results import Status
+    assert _undecided(Status.of("timed out: test_mul ran past"), "", False).startswith("timed out")
+    assert _undecided(Status.of("timed out: test_mul ran past"), "decided", True) == ""
+
+
+def test_a_timeout_is_never_filed_under_a_catalogued_mistake(tmp_path):
+    """A test that ran out of time says so, whatever its output happened to quote."""
+    from autograder.mistakes import Mistake
+    from autograder.reporting.insights import TIMED_OUT_MISTAKE, _student_insights
+    from autograder.release import Exercise
+
+    class Lesson:
+        assignment, notebooks = LESSON, ["x.ipynb"]
+        exercises = [Exercise("test_mul", "mul", 3.0)]
+        mistakes = {"mul-plus-one": Mistake("mul-plus-one", "test_mul", "off by one")}
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("assert mul(2, 3) == 6, 'off by one'")
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "test_mul", "points": 3.0,
+                                 "solution": False, "locked": True, "schema_version": 3}
+    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError",
+                                           evalue="off by one", traceback=[])]
+    nb.cells.append(cell)
+    (tmp_path / "autograded" / "ann" / LESSON).mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "autograded" / "ann" / LESSON / "x.ipynb")
+    res = {"student": "ann", "assignment": LESSON, "exercises": {"test_mul": 0.0},
+           "status": "timed out: test_mul ran past the 60 s limit per cell (scored as failed)"}
+    (row,), _ = _student_insights(tmp_path, Lesson, res, "ann")
+    assert row.mistake == TIMED_OUT_MISTAKE
+
+
+def _parser_flags() -> set:
+    import argparse
+
+    from autograder import cli
+    flags, todo = set(), [cli.parser()]
+    while todo:
+        p = todo.pop()
+        for action in p._actions:
+            flags.update(s for s in action.option_strings if s.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                todo += list(action.choices.values())
+    return flags
+
+
+ADVICE = re.compile(r"(?:`[^`]*|with|a larger|rerun with|regrade with|pass|use|add)\s+(--[a-z][a-z-]+)")
+
+OTHER_PROGRAM = re.compile(r"\b(bwrap|bubblewrap|pip install)\b")
+
+
+def test_every_flag_the_grader_advises_exists():
+    """Every ``--flag`` a message of the grader advises (in backquotes, or after "with", "a
+    larger", "use", "pass", "add") is one of the command line's own."""
+    flags = _parser_flags()
+    root = Path(__file__).resolve().parents[1] / "autograder"
+    advised = {}
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        for m in ADVICE.finditer(text):
+            if OTHER_PROGRAM.search(text[max(0, m.start() - 40):m.start(1)]):
+                continue       # another program's option (bwrap --seccomp, pip install --no-deps)
+            advised.setdefault(m.group(1), []).append(str(path.relative_to(root)))
+    missing = {f: where for f, where in advised.items() if f not in flags}
+    assert "--timeout" in flags and not missing
+
+
+def test_grades_csv_of_an_unfinished_run_is_the_reports(tmp_path):
+    """The rows grade writes while it runs (and leaves when interrupted or when its report step
+    fails) are the ones report writes: the Moodle worksheet's times are read by both."""
+    from autograder.grading.grade import write_csv
+    from autograder.term.policy import final_grades, with_worksheet_times
+    from autograder.term.termfile import load_term
+    sheet = tmp_path / "worksheet.csv"
+    sheet.write_text('"Identifier","Full name","Status","Grade","Last modified (submission)"\n'
+                     '"Participant 1001","Ann Smith","Submitted","","Friday, 9 October 2026, 11:00 PM"\n')
+    path = tmp_path / "t.toml"
+    path.write_text(f'timezone = "Europe/Berlin"\n[late]\nper_day = 0.1\n[lessons.{LESSON}]\n'
+                    'due = 2026-10-01T23:59:00+02:00\nmoodle_worksheet = "worksheet.csv"\n')
+    term = load_term(path, [LESSON])
+    res = Result("Ann Smith_1001", LESSON, 5, 5)
+    write_csv(tmp_path / "grades.csv", [res], [], term=term)
+    (row,) = csv.DictReader((tmp_path / "grades.csv").open())
+    (want,) = final_grades(with_worksheet_times([res.__dict__], term), term)
+    assert want.late_penalty > 0
+    assert float(row["score"]) == want.score and row["submitted_at"] == want.submitted_at
+
+
+def test_a_second_grade_into_a_folder_in_use_stops_with_a_message(tmp_path):
+    """A folder another ``grade`` is writing into: the second stops at once (exit 2), naming it."""
+    from autograder.journal import FOLDER_LOCK
+    out = tmp_path / "graded"
+    out.mkdir()
+    with open(out / FOLDER_LOCK, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp_path / "none"),
+                               "--out", str(out)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert "in use" in done.stderr and str(out) in done.stderr
+        done = subprocess.run([sys.executable, "-m", "autograder", "report", str(out)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "in use" in done.stderr
