@@ -26,15 +26,19 @@ OLD, NEW = "a" * 64, "b" * 64                    # two attempts' digests
 
 
 def _release(out: Path) -> None:
+    _release_of(out, LESSON)
+
+
+def _release_of(out: Path, lesson: str) -> None:
     nb = nbformat.v4.new_notebook()
     for gid, pts in MAXIMA.items():
         cell = nbformat.v4.new_code_cell("assert True")
         cell.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "points": pts,
                                      "solution": False, "locked": True, "schema_version": 3}
         nb.cells.append(cell)
-    folder = out / "work" / "release" / LESSON
+    folder = out / "work" / "release" / lesson
     folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, folder / f"{LESSON}.ipynb")
+    nbformat.write(nb, folder / f"{lesson}.ipynb")
 
 
 def graded(tmp_path: Path, results: list) -> Path:
@@ -94,6 +98,10 @@ def test_a_decision_for_one_attempt_does_not_decide_the_next(tmp_path, capsys):
     box = grade_box(ann)
     assert "earlier attempt" in box and "4.5" in box
     assert "earlier attempt" in " ".join(ann.notes)
+    from autograder.reporting.report import _statuses
+    table = _statuses([{"student": g.student, "assignment": LESSON, "status": "graded"}
+                       for g in (ann, amy)], {(g.student, LESSON): g for g in (ann, amy)})
+    assert "decided for an earlier attempt" in table and "aaaaaaaaaaaa" in table
 
 
 def test_keeping_the_machines_score_is_a_decision_of_its_own(tmp_path, capsys):
@@ -263,3 +271,122 @@ def test_a_second_grade_into_a_folder_in_use_stops_with_a_message(tmp_path):
         done = subprocess.run([sys.executable, "-m", "autograder", "report", str(out)],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and "in use" in done.stderr
+
+
+# ------------------------------------------------------------------ a whole term, decided
+
+TERM_LESSONS = {"01_running_sum": ("L1 (201)", 10, "2026-10-01T23:59:00+00:00"),
+                "02_fixed_state_recall": ("L2 (202)", 20, "2026-10-15T23:59:00+00:00"),
+                "03_gates_and_delta_rule": ("L3 (203)", 5, "2026-10-29T23:59:00+00:00")}
+REVIEW, TIMEOUT = "needs manual review: the kernel printed a score", \
+    "timed out: test_mul ran past the 60 s limit per cell (scored as failed)"
+# (student, lesson) -> (test_add, test_mul, status, attempt, hours after the due date)
+TERM_WORK = {
+    ("ann_1001", "01_running_sum"): (2, 3, "graded", NEW, -5),     # decided 4, then resubmitted
+    ("bo_1002", "01_running_sum"): (2, 0, "graded", NEW, 30),      # an exercise changed, late
+    ("cy_1003", "01_running_sum"): (2, 1, REVIEW, NEW, -1),        # review: the score kept
+    ("dee_1004", "01_running_sum"): (2, 0, TIMEOUT, NEW, -1),      # timed out, undecided
+    ("ann_1001", "02_fixed_state_recall"): (2, 0, TIMEOUT, NEW, -2),   # timed out, decided
+    ("bo_1002", "02_fixed_state_recall"): (2, 2, REVIEW, NEW, -2),     # kept, then resubmitted
+    ("cy_1003", "02_fixed_state_recall"): (2, 3, "graded", NEW, 3),    # a row from before attempts
+    ("dee_1004", "02_fixed_state_recall"): (0, 0, "rejected: no notebook", NEW, -2),
+    ("ann_1001", "03_gates_and_delta_rule"): (2, 3, "graded", NEW, 200),   # past 7 days: 0
+    ("bo_1002", "03_gates_and_delta_rule"): (0, 3, TIMEOUT, NEW, -3),      # timed out, kept
+    ("cy_1003", "03_gates_and_delta_rule"): (2, 0, "graded", NEW, -3),     # decided again
+}
+# overrides.csv: (student, lesson, exercise, points, attempt)
+TERM_DECISIONS = [("ann_1001", "01_running_sum", "", "4", OLD),
+                  ("bo_1002", "01_running_sum", "test_mul", "1", NEW),
+                  ("cy_1003", "01_running_sum", "", "keep", NEW[:8]),
+                  ("ann_1001", "02_fixed_state_recall", "test_mul", "3", NEW),
+                  ("bo_1002", "02_fixed_state_recall", "", "keep", OLD),
+                  ("cy_1003", "02_fixed_state_recall", "", "4.5", ""),
+                  ("bo_1002", "03_gates_and_delta_rule", "", "keep", NEW),
+                  ("cy_1003", "03_gates_and_delta_rule", "test_add", "0", OLD),
+                  ("cy_1003", "03_gates_and_delta_rule", "test_mul", "1.5", NEW)]
+
+
+def term_rule(student, lesson):
+    """(final score, held) by the rule, from the tables above: decisions of the attempt graded
+    (or of none, read now), exercise points replaced or the total set (keep: the tests' score),
+    10% per started day late, 0 after 7 days; a review or a timeout undecided and rejected work
+    without a decision are held back."""
+    import datetime as dt
+    import math
+    add, mul, status, attempt, hours = TERM_WORK[(student, lesson)]
+    mine = [d for d in TERM_DECISIONS if d[:2] == (student, lesson)
+            and (not d[4] or attempt.startswith(d[4]))]
+    if status.startswith(("needs manual review", "timed out", "rejected")) and not mine:
+        return None, True
+    points, total = {"test_add": add, "test_mul": mul}, None
+    for _, _, exercise, value, _ in mine:
+        if value == "keep":
+            continue
+        if exercise:
+            points[exercise] = float(value)
+        else:
+            total = float(value)
+    raw = 0.0 if status.startswith("rejected") else sum(points.values()) if total is None else total
+    late = hours * 3600
+    if late <= 0 or status.startswith("rejected"):
+        return round(raw, 2), False
+    days = math.ceil(late / 86400)
+    return (0.0 if days > 7 else round(raw - raw * 0.1 * days, 2)), False
+
+
+def test_a_whole_term_exports_exactly_the_decided_grades(tmp_path, capsys):
+    """Three lessons in one folder; an attempt decided then resubmitted, a kept score, a timed-out
+    submission decided and one not, a row from before attempts, rejected work and late work:
+    export fills exactly the decided grades, each the rule's, and holds back the rest."""
+    import datetime as dt
+    out = tmp_path / "graded"
+    entries = []
+    for (student, lesson), (add, mul, status, attempt, hours) in TERM_WORK.items():
+        _release_of(out, lesson)
+        when = dt.datetime.fromisoformat(TERM_LESSONS[lesson][2]) + dt.timedelta(hours=hours)
+        rejected = status.startswith("rejected")
+        save_result(out, Result(student, lesson, 0 if rejected else add + mul, 5.0, status,
+                                {} if rejected else {"test_add": add, "test_mul": mul},
+                                digest=attempt, submitted_at=when.isoformat(),
+                                submitted_at_source="nbgrader timestamp.txt").__dict__)
+        entries.append((student, lesson, student))
+    write_manifest(out, entries, {lesson: list(MAXIMA) for lesson in TERM_LESSONS})
+    header = ("student_id", "assignment", "exercise", "points", "comment", "by", "attempt")
+    overrides(out, [[s, a, e, p, "", "prof", t] for s, a, e, p, t in TERM_DECISIONS], header)
+    term = tmp_path / "term.toml"
+    term.write_text('timezone = "UTC"\n[late]\nper_day = 0.1\nzero_after_days = 7\n' + "".join(
+        f'[lessons.{a}]\ndue = {due}\nlms_column = "{col}"\n'
+        for a, (col, _, due) in TERM_LESSONS.items()))
+    head = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"] + \
+        [col for col, _, _ in TERM_LESSONS.values()]
+    students = sorted({s for s, _ in TERM_WORK})
+    book_rows = [head, ["    Points Possible", "", "", "", ""] +
+                 [f"{pts:.2f}" for _, pts, _ in TERM_LESSONS.values()]] + \
+        [[f"Student, {s}", s.split("_")[1], "", s, "A", "", "", ""] for s in students]
+    book = tmp_path / "canvas.csv"
+    with open(book, "w", newline="") as f:
+        csv.writer(f).writerows(book_rows)
+    with pytest.warns(UserWarning, match="stamped"):
+        code = main(["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--term",
+                     str(term), "--out", str(tmp_path / "filled.csv")])
+    printed = capsys.readouterr().out
+    assert code == 3
+    got = list(csv.reader((tmp_path / "filled.csv").open(newline="")))
+    held = set()
+    for r, student in enumerate(students, start=2):
+        for c, (lesson, (_, pts, _)) in enumerate(TERM_LESSONS.items(), start=5):
+            if (student, lesson) not in TERM_WORK:
+                assert got[r][c] == "", (student, lesson)
+                continue
+            score, hold = term_rule(student, lesson)
+            if hold:
+                held.add((student, lesson))
+                assert got[r][c] == "", (student, lesson, got[r][c])
+            else:
+                assert float(got[r][c]) == pytest.approx(score / 5 * pts, abs=0.005), \
+                    (student, lesson, got[r][c], score)
+    assert held == {("dee_1004", "01_running_sum"), ("bo_1002", "02_fixed_state_recall"),
+                    ("dee_1004", "02_fixed_state_recall")}
+    assert "HELD BACK (1 manual review undecided, 1 rejected, not graded, 1 timed out)" in printed
+    stamped = list(csv.reader((out / "overrides.csv").open()))
+    assert stamped[6][:4] + stamped[6][6:] == ["cy_1003", "02_fixed_state_recall", "", "4.5", NEW]
