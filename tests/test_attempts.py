@@ -23,6 +23,7 @@ from test_export import CANVAS, assert_cells, expected_cells, parse, term_file
 LESSON = "01_running_sum"
 MAXIMA = {"test_add": 2.0, "test_mul": 3.0}      # 5 points; Canvas's column is worth 10
 OLD, NEW = "a" * 64, "b" * 64                    # two attempts' digests
+TIMEOUT = "timed out: test_mul ran past the 60 s limit per cell (scored as failed)"
 
 
 def _release(out: Path) -> None:
@@ -169,11 +170,29 @@ def test_a_timed_out_submission_is_held_back_until_decided(tmp_path, capsys):
                                                 (ROW["9"], COL): 2 / 5 * 10}))
 
 
-def test_canvas_push_holds_a_timed_out_submission_back():
-    from autograder.term.export import _undecided
-    from autograder.results import Status
-    assert _undecided(Status.of("timed out: test_mul ran past"), "", False).startswith("timed out")
-    assert _undecided(Status.of("timed out: test_mul ran past"), "decided", True) == ""
+def test_canvas_push_holds_a_timed_out_submission_back(tmp_path):
+    """push's plan (what it would post) leaves out a timed-out submission until decided, and
+    posts a stale decision's new attempt at the machine's score."""
+    from types import SimpleNamespace as NS
+
+    from autograder.term.canvas_sync import plan_push
+    out = graded(tmp_path, [Result("smithann_12345", LESSON, 2, digest=NEW, status=TIMEOUT,
+                                   exercises={"test_add": 2.0, "test_mul": 0.0}),
+                            Result("leeamy_9", LESSON, 5, digest=NEW)])
+    header = ("student_id", "assignment", "exercise", "points", "comment", "by", "attempt")
+    overrides(out, [["leeamy_9", LESSON, "", "1", "", "", OLD]], header)
+    subs = [NS(user_id=12345, score=None, submission_comments=[]),
+            NS(user_id=9, score=None, submission_comments=[])]
+    session = NS(assignment=lambda c, a: (None, NS(points_possible=10,
+                                                   get_submissions=lambda **k: subs)),
+                 listing=lambda what, items: list(items))
+    plan = plan_push(session, out, 1, 2, LESSON)
+    assert [h[0] for h in plan.held] == ["smithann_12345"] and plan.held[0][1].startswith("timed out")
+    assert [(s["student"], s["score"]) for s in plan.steps] == [("leeamy_9", "10")]
+    overrides(out, [["smithann_12345", LESSON, "", "keep", "", "", NEW]], header)
+    plan = plan_push(session, out, 1, 2, LESSON)
+    assert plan.held == [] and sorted((s["student"], s["score"]) for s in plan.steps) == [
+        ("leeamy_9", "10"), ("smithann_12345", "4")]
 
 
 def test_a_timeout_is_never_filed_under_a_catalogued_mistake(tmp_path):
@@ -278,8 +297,7 @@ def test_a_second_grade_into_a_folder_in_use_stops_with_a_message(tmp_path):
 TERM_LESSONS = {"01_running_sum": ("L1 (201)", 10, "2026-10-01T23:59:00+00:00"),
                 "02_fixed_state_recall": ("L2 (202)", 20, "2026-10-15T23:59:00+00:00"),
                 "03_gates_and_delta_rule": ("L3 (203)", 5, "2026-10-29T23:59:00+00:00")}
-REVIEW, TIMEOUT = "needs manual review: the kernel printed a score", \
-    "timed out: test_mul ran past the 60 s limit per cell (scored as failed)"
+REVIEW = "needs manual review: the kernel printed a score"
 # (student, lesson) -> (test_add, test_mul, status, attempt, hours after the due date)
 TERM_WORK = {
     ("ann_1001", "01_running_sum"): (2, 3, "graded", NEW, -5),     # decided 4, then resubmitted
