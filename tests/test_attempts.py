@@ -408,3 +408,52 @@ def test_a_whole_term_exports_exactly_the_decided_grades(tmp_path, capsys):
     assert "HELD BACK (1 manual review undecided, 1 rejected, not graded, 1 timed out)" in printed
     stamped = list(csv.reader((out / "overrides.csv").open()))
     assert stamped[6][:4] + stamped[6][6:] == ["cy_1003", "02_fixed_state_recall", "", "4.5", NEW]
+
+
+# ------------------------------------------------- through `grade` (the kernel replaced)
+
+def _fake_grade(self, job):
+    """Score the toy answers as its tests would (add 2, mul 3, mean 1) without a kernel."""
+    from toy_course import ADD_SOLUTION, MEAN_SOLUTION, MUL_SOLUTION
+    res = job.result
+    src = "\n".join(c.source for nb in job.notebooks.values() for c in nb.cells)
+    res.exercises = {"test_add": 2.0 * (ADD_SOLUTION in src), "test_mul": 3.0 * (MUL_SOLUTION in src),
+                     "test_mean": 1.0 * (MEAN_SOLUTION in src)}
+    res.score, res.max_score = sum(res.exercises.values()), 6.0
+    return res
+
+
+def test_grade_stamps_a_row_with_the_attempt_it_had_before_grading_a_new_one(tmp_path, monkeypatch,
+                                                                             capsys):
+    """A row written without an attempt after the first run decides that run's attempt: the
+    second run, grading a resubmission, stamps it with the earlier attempt (saying so) and
+    grades.csv, written while it runs and by its report step, shows the new attempt's machine
+    score with the decision stale. The same bytes graded again keep the decision."""
+    from autograder.publishing.build import build
+    from autograder.publishing.demo import student_notebook
+    from toy_course import ADD_SOLUTION, ASSIGNMENT, MUL_SOLUTION, NOTEBOOK, make_toy_course
+    monkeypatch.setattr("autograder.grading.grade.Grader.grade", _fake_grade)
+    root = make_toy_course(tmp_path / "course")
+    build(root)
+    released = nbformat.read(root / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    dest = tmp_path / "class" / "ann" / ASSIGNMENT / NOTEBOOK
+    dest.parent.mkdir(parents=True)
+    nbformat.write(student_notebook(released, {"add": ADD_SOLUTION}), dest)
+    out = tmp_path / "out"
+    args = ["--course", str(root), "grade", str(tmp_path / "class"), "--out", str(out),
+            "--no-progress"]
+    assert main(args) == 0
+    first = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}["ann"]
+    assert first["score"] == "2.0"
+    overrides(out, [["ann", ASSIGNMENT, "", "4", "regrade request", "prof"]])
+    assert main(args) == 0                                   # the same bytes: decided
+    capsys.readouterr()
+    (row,) = csv.DictReader((out / "grades.csv").open())
+    assert (row["score"], row["override"]) == ("4.0", "total=4")
+    nbformat.write(student_notebook(released, {"add": ADD_SOLUTION, "mul": MUL_SOLUTION}), dest)
+    assert main(args) == 0                                   # a new attempt: not decided by it
+    (row,) = csv.DictReader((out / "grades.csv").open())
+    assert (row["score"], row["override"]) == ("5.0", ""), row
+    assert "earlier attempt" in row["notes"]
+    stamped = list(csv.reader((out / "overrides.csv").open()))
+    assert stamped[0][-1] == "attempt" and len(stamped[1][-1]) == 64
