@@ -457,3 +457,47 @@ def test_grade_stamps_a_row_with_the_attempt_it_had_before_grading_a_new_one(tmp
     assert "earlier attempt" in row["notes"]
     stamped = list(csv.reader((out / "overrides.csv").open()))
     assert stamped[0][-1] == "attempt" and len(stamped[1][-1]) == 64
+
+
+def test_an_interrupted_run_and_a_failed_report_step_leave_the_reports_grades(tmp_path, monkeypatch):
+    """A term whose submission times come from a Moodle worksheet: grades.csv after a run cut
+    short before its report step, and after a run whose report step failed, holds the late
+    penalty the worksheet's time gives, as report writes it."""
+    from autograder.publishing.build import build
+    from autograder.publishing.demo import student_notebook
+    from toy_course import ADD_SOLUTION, ASSIGNMENT, MUL_SOLUTION, NOTEBOOK, make_toy_course
+    root = make_toy_course(tmp_path / "course")
+    build(root)
+    released = nbformat.read(root / "lessons" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    for student in ("ann_1001", "bo_1002"):
+        dest = tmp_path / "class" / student / ASSIGNMENT / NOTEBOOK
+        dest.parent.mkdir(parents=True)
+        nbformat.write(student_notebook(released, {"add": ADD_SOLUTION, "mul": MUL_SOLUTION}), dest)
+    (tmp_path / "worksheet.csv").write_text(
+        '"Identifier","Full name","Status","Grade","Last modified (submission)"\n'
+        '"Participant 1001","Ann","Submitted","","Friday, 2 October 2026, 11:00 PM"\n')
+    term = tmp_path / "term.toml"
+    term.write_text(f'timezone = "UTC"\n[late]\nper_day = 0.1\n[lessons.{ASSIGNMENT}]\n'
+                    'due = 2026-10-01T23:59:00+00:00\nmoodle_worksheet = "worksheet.csv"\n')
+    want = round(5 - 5 * 0.1 * 1, 2)                    # 23 hours late: 1 started day
+
+    def cut_at_bo(self, job):
+        if job.sub.student.startswith("bo"):
+            raise KeyboardInterrupt
+        return _fake_grade(self, job)
+    monkeypatch.setattr("autograder.grading.grade.Grader.grade", cut_at_bo)
+    out = tmp_path / "out"
+    args = ["--course", str(root), "grade", str(tmp_path / "class"), "--out", str(out),
+            "--term", str(term), "--no-progress"]
+    assert main(args) == 130
+    rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert float(rows["ann_1001"]["score"]) == want and rows["ann_1001"]["days_late"] == "1"
+
+    def no_report(*a, **k):
+        raise RuntimeError("a broken report")
+    monkeypatch.setattr("autograder.grading.grade.Grader.grade", _fake_grade)
+    monkeypatch.setattr("autograder.grading.grade.write_class_outputs", no_report)
+    with pytest.warns(UserWarning, match="class report could not be written"):
+        assert main(args) == 0
+    rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert float(rows["ann_1001"]["score"]) == want and float(rows["bo_1002"]["score"]) == 5
