@@ -54,9 +54,8 @@ def folder_in_use(out: Path, command: str, create: bool = True):
         f.seek(0)
         who = f.read().strip() or "another run"
         f.close()
-        raise FolderInUse(f"{out} is in use: {who} is writing into it. Wait for it to end "
-                          f"(then run {command} again: what it committed is kept), or give "
-                          "another folder") from None
+        raise FolderInUse(f"{out} is in use: {who} is writing into it. Wait for it to end, "
+                          f"then run `{command}` again, or give another folder") from None
     try:
         f.truncate(0)
         f.write(f"`{command}` (process {os.getpid()}, since "

@@ -501,3 +501,11 @@ def test_an_interrupted_run_and_a_failed_report_step_leave_the_reports_grades(tm
         assert main(args) == 0
     rows = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}
     assert float(rows["ann_1001"]["score"]) == want and float(rows["bo_1002"]["score"]) == 5
+
+
+def test_grades_summary_says_what_a_timeout_needs():
+    from autograder.grading.console import summary_lines
+    lines = summary_lines([Result("ann", LESSON, 2, 5, TIMEOUT)], 1.0, Path("/nowhere"), [])
+    said = "\n".join(lines)
+    assert "1 submission(s) timed out" in said and "hold them back" in said
+    assert set(re.findall(r"--[a-z-]+", said)) <= _parser_flags()

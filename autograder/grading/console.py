@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 from autograder.publishing.demo import load_catalog
-from autograder.results import NEEDS_REVIEW, REJECTED, Status
+from autograder.results import NEEDS_REVIEW, REJECTED, TIMED_OUT, Status
 
 __all__ = ["SECONDS_EACH_2_JOBS", "announce", "minutes", "summary_lines", "ISOLATION_ADVICE"]
 
@@ -116,7 +116,12 @@ def summary_lines(results, seconds: float, out: Path, notes) -> list:
         lines.append(f"isolation: {note}" + (f"\n  what to do: {advice}" if advice else ""))
     review = [r for r in results if Status.of(r.status).kind == NEEDS_REVIEW]
     rejected = [r for r in results if Status.of(r.status).kind == REJECTED]
+    timed_out = [r for r in results if Status.of(r.status).kind == TIMED_OUT]
     if review or rejected:
         lines.append(f"{len(review)} submission(s) need manual review and {len(rejected)} were "
                      "rejected; the status column says why, the report groups them with what to do.")
+    if timed_out:
+        lines.append(f"{len(timed_out)} submission(s) timed out: export and push hold them back "
+                     "until a row of DIR/overrides.csv decides each (points, or keep); a slow "
+                     "answer regrades with a larger --timeout or --cpu-time.")
     return lines
