@@ -315,7 +315,7 @@ def _report(args) -> int:
     print(f"wrote {done['report']}, {done['insights']}, {len(done['csv'])} grade CSV(s) and the "
           f"grade box of {done['feedback']} feedback page(s); {done['pairs']} pair(s) of similar "
           f"answers listed; {late} late penalt{'ies' if late != 1 else 'y'}, {undecided} manual "
-          "review(s) undecided (decide them in DIR/overrides.csv)")
+          "review(s) or timeout(s) undecided (decide them in DIR/overrides.csv)")
     if done["unknown_extensions"]:
         print(f"warning: the term file gives extensions to {', '.join(done['unknown_extensions'])}, "
               "who have no submission of that lesson in this folder: write each id as grades.csv "
