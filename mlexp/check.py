@@ -8,10 +8,12 @@ or from a notebook cell: ``!python -m mlexp.check 01_running_sum.ipynb``. The no
 fresh kernel exactly as the grader runs it (``NBGRADER_EXECUTION=validate``: the experiments at
 their token size, so it takes seconds), and every graded test cell is judged the way the grader
 judges it: it passes when it runs to its end, and a failing ``assert`` shows its hint. When the
-released lesson is found (``lessons/<id>/<id>.ipynb`` in the course folder above the notebook),
-a test cell you deleted or edited is put back from it first, so what you see is what the tests
-say. Only the visible tests are here: the instructor's hidden tests run when the course grades
-your notebook, so a full PASS is necessary, not sufficient.
+released lesson is found (``lessons/<id>/<id>.ipynb`` in the course folder above the notebook,
+also for a copy named ``Copy of <id> (2).ipynb`` or ``<id>-Copy1.ipynb``), a test cell you
+deleted, edited, turned into markdown or raw, or duplicated is put back from it first, by the
+rule grading uses (:mod:`mlexp.restore`), so what you see is what the tests say. Only the
+visible tests are here: the instructor's hidden tests run when the course grades your notebook,
+so a full PASS is necessary, not sufficient.
 
 This is the student side and needs only ``nbclient``, ``nbformat`` and ``ipykernel`` (JupyterLab
 and Colab have them; ``pip install "mlexp[check]"`` adds them). It runs your code as you, like
@@ -20,11 +22,12 @@ Jupyter does; the course's grader runs it in a sandbox and its tests outside you
 from __future__ import annotations
 
 import argparse
-import re
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from .restore import find_lesson, nbgrader_meta as _nbgrader, normal_text, restore_cells
 from .runtime import temporary_environ
 
 __all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "partial_score", "printed_hints",
@@ -50,12 +53,6 @@ class ExerciseResult:
     def __post_init__(self):
         if self.score is None:
             self.score = self.points if self.passed else 0.0
-
-
-def _nbgrader(cell) -> dict:
-    """The cell's nbgrader metadata, {} when it has none (the grader reads it through
-    ``autograder.cells``; mlexp never imports the grader, and nbgrader is no dependency of it)."""
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
 def is_test_cell(cell) -> bool:
@@ -125,57 +122,24 @@ def result_of(cell, special=None) -> ExerciseResult:
     return ExerciseResult(meta.get("grade_id", "?"), points, passed, message, timed_out, score)
 
 
-def _lesson_stem(name: str) -> str:
-    """``'Copy of 01_running_sum (1).ipynb'`` -> ``'01_running_sum'``."""
-    stem = re.sub(r"\.ipynb$", "", name.strip(), flags=re.I)
-    stem = re.sub(r"^(copy of |kopie von |copie de )+", "", stem, flags=re.I)
-    stem = re.sub(r"(\s*\(\d+\)|\s*-\s*copy|-checkpoint)+$", "", stem, flags=re.I)
-    return stem.strip().replace(" ", "_")
-
-
 def find_release(path: Path):
-    """The released lesson that ``path`` is a copy of: ``lessons/<id>/<id>.ipynb`` in the
-    notebook's folder or a folder above it; None when there is none."""
-    stem = _lesson_stem(path.name)
+    """The released lesson that ``path`` is a copy of (:func:`mlexp.restore.find_lesson`, the rule
+    the grader uses: ``Copy of 01_running_sum (2).ipynb`` and JupyterLab's
+    ``01_running_sum-Copy1.ipynb`` are ``01_running_sum.ipynb``) in the ``lessons/`` folder of the
+    notebook's folder or of a folder above it; None when there is none."""
     for base in [path.parent, *path.parent.parents]:
-        candidate = base / "lessons" / stem / f"{stem}.ipynb"
-        if candidate.is_file():
-            return candidate    # (the notebook itself when it is the released lesson)
+        found = find_lesson(path.name, base / "lessons")
+        if found is not None:
+            return found    # (the notebook itself when it is the released lesson)
     return None
 
 
-def normal_text(text: str) -> str:
-    """``text`` as compared, not as stored: line endings made ``\\n``, trailing whitespace of
-    each line and blank lines at either end dropped (what Jupyter, Colab and editors change)."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return "\n".join(line.rstrip() for line in lines).strip("\n")
-
-
 def restore_tests(nb, release) -> list:
-    """Put each test cell of ``release`` back into ``nb`` (by its nbgrader grade_id): an edited
-    one gets the released source (line endings and trailing spaces are no edit), a deleted one
-    is inserted after the cell it followed.
+    """Put the released lesson's test cells back into ``nb`` as grading does
+    (:func:`mlexp.restore.restore_cells`, the grader's own rule): a test cell deleted, turned
+    markdown or raw, duplicated (the last copy counts) or edited is run as released.
     Returns notes saying what was restored."""
-    notes = []
-    mine = {_nbgrader(c).get("grade_id"): c for c in nb.cells}
-    previous = None
-    for cell in release.cells:
-        gid = _nbgrader(cell).get("grade_id")
-        if is_test_cell(cell):
-            if gid in mine:
-                if normal_text(mine[gid].source) != normal_text(cell.source):
-                    notes.append(f"the test `{gid}` was edited in your notebook: the released test was run")
-                mine[gid].source = cell.source
-            else:
-                new = type(cell)(cell)   # a copy of the released cell
-                new.outputs, new.execution_count = [], None
-                at = nb.cells.index(mine[previous]) + 1 if previous in mine else len(nb.cells)
-                nb.cells.insert(at, new)
-                mine[gid] = new
-                notes.append(f"the test `{gid}` was missing from your notebook: it was put back")
-        if gid in mine:
-            previous = gid
-    return notes
+    return restore_cells(nb, release)
 
 
 def check_notebook(path, timeout: int = 300) -> tuple:
@@ -196,7 +160,9 @@ def check_notebook(path, timeout: int = 300) -> tuple:
         raise CheckError(f"No such notebook: {path}. Give the path of your .ipynb file, e.g. "
                          "lessons/01_running_sum/01_running_sum.ipynb.")
     try:
-        nb = nbformat.read(path, as_version=4)
+        with warnings.catch_warnings():   # nbformat's own note on a copied cell's id: restore_cells
+            warnings.simplefilter("ignore")    # gives each cell a unique id and says what it did
+            nb = nbformat.read(path, as_version=4)
     except Exception as exc:   # not JSON, not a notebook
         raise CheckError(f"{path.name} is not a readable notebook ({type(exc).__name__}: "
                          f"{str(exc)[:200]}). Re-download the lesson, or in Jupyter use File > Save "

@@ -1,5 +1,5 @@
 """Cell metadata is read in one place: autograder.cells (and, for mlexp, which never imports the
-grader, mlexp.check's one accessor)."""
+grader, mlexp.restore's one accessor, which mlexp.check uses)."""
 import re
 from pathlib import Path
 
@@ -27,7 +27,7 @@ def test_the_grader_reads_nbgrader_metadata_only_through_cells_py():
 
 def test_mlexp_reads_it_through_its_one_accessor():
     found = [hit for path in sorted((REPO / "mlexp").rglob("*.py")) for hit in _raw_reads(path)]
-    assert len(found) == 1 and "mlexp/check.py" in found[0], found
+    assert len(found) == 1 and "mlexp/restore.py" in found[0], found
 
 
 def test_the_pattern_finds_each_way_of_reading_it():

@@ -12,9 +12,10 @@ from pathlib import Path
 import nbformat
 
 from mlexp.check import ExerciseResult, format_report, result_of
+from mlexp.restore import find_lesson
 
 from autograder.options import GradingOptions
-from autograder.intake.repair import SubmissionRejected, normalise_name, read_notebook_text, repair_notebook
+from autograder.intake.repair import SubmissionRejected, read_notebook_text, repair_notebook
 from autograder.config import find_course_root
 from autograder.cells import is_test_cell
 from autograder.engine.jail.jail import probe
@@ -46,16 +47,15 @@ def find_release(path: Path, course=None):
     """The released lesson notebook that ``path`` is a copy of, or None when no course is found.
 
     Looks in ``course`` (or the course this package belongs to) for lessons/<id>/<name> with the
-    same file name, once browser and LMS additions are undone ("Copy of x (1).ipynb")."""
+    same file name, once browser, JupyterLab and LMS additions are undone ("Copy of x (1).ipynb",
+    "x-Copy1.ipynb"): :func:`mlexp.restore.find_lesson`, the rule ``mlexp.check`` and ``grade``
+    use."""
     try:
         root = find_course_root(course)
     except FileNotFoundError:
         return None, None
-    want = normalise_name(path.name)
-    for candidate in sorted((root / "lessons").glob("*/*.ipynb")):
-        if normalise_name(candidate.name) == want:
-            return root, nbformat.read(candidate, as_version=4)
-    return root, None
+    found = find_lesson(path.name, root / "lessons")
+    return root, (nbformat.read(found, as_version=4) if found is not None else None)
 
 
 def check_notebook(path, options: GradingOptions = None, course=None) -> tuple:

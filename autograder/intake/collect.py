@@ -30,7 +30,7 @@ from pathlib import Path
 from autograder.lms import layouts as lms
 from autograder.lms.base import by_layout, unclaimed_id
 from autograder.options import GradingOptions
-from autograder.intake.repair import normalise_name
+from mlexp.restore import normalise_name  # the one rule, shared with mlexp.check and check
 from autograder.intake.unpack import (DATA_DIR_BYTES, DATA_FILE_BYTES, IGNORED_NAMES, LINK, ZIP_FLOOR,
                                       ZIP_RATIO, Tree, unzip)
 
