@@ -29,8 +29,9 @@ class GradingOptions:
     ``check.MAX_BYTES`` (the student's self-check, more lenient than grading), and the
     collection limits of ``collect`` (``ZIP_RATIO``, ``ZIP_FLOOR``, ``DATA_FILE_BYTES``).
     """
-    cell_timeout: int = _opt(60, "seconds a single cell (or test) may run", "S", "--timeout")
-    notebook_timeout: int = _opt(600, "seconds a whole notebook may run", "S")
+    cell_timeout: int = _opt(60, "seconds of CPU time a single cell (or test) may use, as the operating system counts "
+                                    "it (a cell that hangs is stopped on the wall clock)", "S", "--timeout")
+    notebook_timeout: int = _opt(600, "seconds of CPU time a whole notebook may use", "S")
     memory_mb: int = _opt(4096, "address-space limit of the student's kernel in MiB", "MIB",
                           "--memory")
     cpu_seconds: int = _opt(900, "CPU seconds the student's kernel may use", "S", "--cpu-time")

@@ -345,17 +345,25 @@ def test_packages_on_any_site_folder_of_sys_path_are_library_code(tmp_path, monk
 
 
 def test_in_time_passes_a_fast_form_and_fails_a_slow_one_with_its_hint():
-    """rules.in_time in the student's own check: timed here, failed afterwards with the hint."""
+    """rules.in_time in the student's own check: its CPU time read here, failed afterwards with the
+    hint; a wait is no work (issue 52: no verdict on the wall clock)."""
     import time as _time
 
     def slow(q, k, v):
+        end = _time.process_time() + 0.3
+        while _time.process_time() < end:
+            pass
+        return own(q, k, v)
+
+    def waits(q, k, v):
         _time.sleep(0.3)
         return own(q, k, v)
 
     out = rules.in_time(own, *inputs(8), seconds=5, too_slow="Chunks of C tokens.", forbid=("mlexp.ops",))
     assert torch.allclose(out, own(*inputs(8)))
-    with pytest.raises(AssertionError, match=r"slow took \d\.\d s, more than the 0.05 s\. Chunks of C tokens\."):
+    with pytest.raises(AssertionError, match=r"slow took \d\.\d s, more than the 0.05 s of CPU time\. Chunks of C tokens\."):
         rules.in_time(slow, *inputs(8), seconds=0.05, too_slow="Chunks of C tokens.", forbid=("mlexp.ops",))
+    rules.in_time(waits, *inputs(8), seconds=0.05, too_slow="Chunks of C tokens.", forbid=("mlexp.ops",))
     with pytest.raises(AssertionError, match="write it yourself"):   # the library op is still refused
         rules.in_time(library, *inputs(8), seconds=5, too_slow="x", forbid=("mlexp.ops",))
 
@@ -375,4 +383,4 @@ def test_in_time_hands_its_limit_to_a_graders_proxy():
 
     rules.in_time(Proxy(), *inputs(8), seconds=7, too_slow="Pieces.", forbid=("mlexp.ops",))
     seconds, hint = seen["limit"]
-    assert seconds == 7 and hint.startswith("Hint: ") and "within 7 s. Pieces." in hint
+    assert seconds == 7 and hint.startswith("Hint: ") and "within 7 s of CPU time. Pieces." in hint

@@ -82,7 +82,7 @@ def status_of(report: dict, review: list, options: GradingOptions) -> str:
         return "needs manual review: " + "; ".join(reasons)
     if report.timeouts:
         return (f"timed out: {', '.join(report.timeouts[:6])} ran past the "
-                f"{options.cell_timeout} s limit per cell (scored as failed)")
+                f"{options.cell_timeout} s limit of CPU time per cell (scored as failed)")
     return "graded"
 
 

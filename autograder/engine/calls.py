@@ -4,7 +4,6 @@ the kernel (:class:`KernelLink`), proxies of student functions, and the namespac
 import builtins
 import dataclasses
 import secrets
-import time
 from pathlib import Path
 
 from autograder.engine.cputime import tree_cpu_ns
@@ -144,7 +143,7 @@ class KernelLink:
 
     def __init__(self, client):
         self.client = client
-        self.deadline = None     # the current test's end (time.monotonic())
+        self.budget = None       # the current test's CPU time (autograder.engine.cputime.Budget)
         self.busy = False        # a request is running (it has its own time limit)
         self.expired = False     # the test's alarm rang while a request was running
         self.blocked = False     # a request ran but sent no reply: the notebook intercepted it
@@ -160,7 +159,7 @@ class KernelLink:
         request, bound by a nonce made here for it (then ``touched`` says why).
         ``limit``: (seconds, hint), a shorter limit for this request; past it the StudentTimeout
         carries the hint."""
-        remaining = None if self.deadline is None else self.deadline - time.monotonic()
+        remaining = None if self.budget is None else self.budget.remaining()
         if remaining is not None and remaining <= 0:
             raise StudentTimeout(f"time ran out before {what}")
         own = None

@@ -74,3 +74,65 @@ def tree_cpu_ns(root: int) -> int:
             # live threads to the nanosecond; the clock ticks also count threads that have ended
             total += max(_threads_ns(pid), got[1]) + got[2]
     return total
+
+
+WALL_CEILING = 10     # a limit's wall-clock ceiling, as a multiple of it: only against hangs
+IDLE_S = 5.0          # a run that used under IDLE_CPU of CPU in its last IDLE_S seconds is idle
+IDLE_CPU = 0.05
+
+
+class Budget:
+    """A time limit in CPU seconds: how much CPU the grading process and everything under it (the
+    kernel, the room) may use for one cell, test or call, as the operating system counts it, so a
+    busy machine, which stretches the wall clock, changes no verdict. ``threads``: the torch threads
+    of each kernel (a kernel working on n threads may use n CPU seconds each second).
+
+    The wall clock only catches hangs: a run past its limit on the wall clock that has been idle
+    (under ``IDLE_CPU`` s of CPU in its last ``IDLE_S`` s: a ``sleep``, a lock, ``input()``), or past
+    ``WALL_CEILING`` times its limit whatever it does."""
+
+    def __init__(self, seconds: float, threads: int = 1, root: int = None):
+        import time
+        self.seconds, self.scale = max(0.0, float(seconds)), max(1, int(threads))
+        self.root = os.getpid() if root is None else root
+        self._wall = time.monotonic
+        self.started_wall = self._wall()
+        self.started_cpu = self._cpu()
+        self.samples = [(self.started_wall, self.started_cpu)]
+
+    def _cpu(self) -> float:
+        return tree_cpu_ns(self.root) / 1e9 / self.scale
+
+    def used(self) -> float:
+        """CPU seconds used so far (per thread)."""
+        return self._cpu() - self.started_cpu
+
+    def remaining(self) -> float:
+        """CPU seconds left (per thread), at least 0."""
+        return max(0.0, self.seconds - self.used())
+
+    def sub(self, seconds=None) -> "Budget":
+        """A budget inside this one: the rest of it, or ``seconds`` when that is less."""
+        rest = self.remaining()
+        return Budget(rest if seconds is None else min(rest, seconds), self.scale, self.root)
+
+    def wall_ceiling(self) -> float:
+        """Seconds on the wall clock after which the run is stopped whatever it does."""
+        return max(1.0, self.seconds * WALL_CEILING)
+
+    def exceeded(self) -> str:
+        """Why the run is over its limit: "cpu", "hang" (idle past its limit on the wall clock),
+        "ceiling" (past WALL_CEILING times its limit on the wall clock), or ""."""
+        now, cpu = self._wall(), self._cpu()
+        if cpu - self.started_cpu > self.seconds:
+            return "cpu"
+        elapsed = now - self.started_wall
+        if elapsed > self.wall_ceiling():
+            return "ceiling"
+        self.samples.append((now, cpu))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= IDLE_S:
+            self.samples.pop(0)
+        first_wall, first_cpu = self.samples[0]
+        if elapsed > self.seconds and now - first_wall >= IDLE_S and (cpu - first_cpu) * self.scale < IDLE_CPU:
+            return "hang"
+        return ""

@@ -24,7 +24,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 # jsonschema (under nbformat) imports rfc3987_syntax when installed, which builds a grammar for
@@ -46,6 +45,7 @@ from autograder.engine.protocol import Job, KernelRequest, Report  # noqa: E402
 from autograder.engine.testcell import run_test  # noqa: E402
 from autograder.engine.kernel.wire import WIRE_MIME  # noqa: E402
 from autograder.engine.jail.ipcfs import confine
+from autograder.engine.cputime import Budget
 from autograder.engine.room import Room, ruled_names
 
 __all__ = ["run_notebook", "is_test_cell", "run_test", "KernelLink", "StudentFunction",
@@ -158,14 +158,14 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
     room = Room(nb, rules, options=options, job_dir=job_dir, data_files=lesson_files, course_root=course_root,
                 sandbox=sandbox, mode=mode, cwd=cwd, env=env) if rules else None
     report = Report()
-    deadline = time.monotonic() + options.notebook_timeout
+    notebook = Budget(options.notebook_timeout, client.threads)   # CPU time, as the cells' (cputime)
     count = 0
     stopped = ""
     channel_cell = None   # the first student cell that names the grader's channel
     try:
         with client.setup_kernel(env=env, cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), \
                 (room or contextlib.nullcontext()):
-            link.cpu_root = km.provisioner.pid
+            link.cpu_root = client.cpu_root = km.provisioner.pid
             link.measure_dir = (measure, f"{jail.SANDBOX_HOME}/{measure.name}" if sandbox else measure)
             link.install()
             link.request(KernelRequest.snapshot(_watch_list(nb)), "the kernel's snapshot")
@@ -176,9 +176,9 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                     if is_test_cell(cell):
                         cell.outputs = [_error(NOT_RUN_ENAME, f"this test did not run: {stopped}")]
                     continue
-                limit = min(options.cell_timeout, deadline - time.monotonic())
-                if limit <= 0.5:
-                    stopped = f"the notebook ran past its {options.notebook_timeout} s limit"
+                limit = min(options.cell_timeout, notebook.remaining())
+                if limit <= 0.5 or notebook.exceeded():
+                    stopped = f"the notebook ran past its {options.notebook_timeout} s limit of CPU time"
                     report.review.append(stopped + " and was stopped")
                     if is_test_cell(cell):
                         cell.outputs = [_error(NOT_RUN_ENAME, f"this test did not run: {stopped}")]
@@ -195,16 +195,16 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                         _ask_tamper(link, report, fresh_copy=False)
                 elif cell.source.strip():
                     if _names_the_channel(cell) and channel_cell is None:
-                        channel_cell = index + 1
+                        channel_cell = count + 1      # its In [n], as the student sees it
                     timed_out = client.run_cell(cell, index, limit)
                 if cell.source.strip():
                     count += 1
                     cell.execution_count = count
                 if timed_out:
                     grade_id = grade_id_of(cell)
-                    report.timeouts.append(grade_id or f"cell {index + 1}")
+                    report.timeouts.append(grade_id or f"In [{count}]")
                     if limit < options.cell_timeout:
-                        stopped = f"the notebook ran past its {options.notebook_timeout} s limit"
+                        stopped = f"the notebook ran past its {options.notebook_timeout} s limit of CPU time"
                         report.review.append(stopped + " and was stopped")
                     if not client.responsive():
                         stopped = ("the kernel did not stop after a cell ran past its time limit, "
@@ -219,7 +219,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                 report.tampered.append("the grader's requests to the kernel (they were "
                                           "blocked or rewritten)")
             if channel_cell is not None:
-                report.tampered.append(f"the grader's channel to the kernel (cell {channel_cell} "
+                report.tampered.append(f"the grader's channel to the kernel (In [{channel_cell}] "
                                           "names it)")
     except (KernelGone, DeadKernelError) as exc:
         report.kernel = f"the kernel died {exc}" if isinstance(exc, KernelGone) else "the kernel died"

@@ -4,6 +4,7 @@ an nbclient client with output caps, time limits and request cells (autograder.e
 Also the names every part of the harness shares: the exceptions that end a test or a kernel,
 the error outputs' names and the time an interrupted kernel gets to answer.
 """
+import asyncio
 import html
 import json
 import os
@@ -13,10 +14,13 @@ import nbformat
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
+from nbclient.util import ensure_async
 from traitlets import Any, List
 
 from autograder.config import KERNEL_ARGS
 from autograder.options import GradingOptions
+from autograder.engine.cputime import WALL_CEILING, Budget
+from autograder.engine.jail.jail import kernel_threads
 from autograder.engine.kernel.wire import WIRE_MIME
 
 __all__ = ["SandboxKernelManager", "HarnessClient", "StudentTimeout", "KernelGone",
@@ -31,6 +35,7 @@ KERNEL_MODULE = "_autograder_wire"   # the name of autograder.engine.kernel.wire
 OUTPUT_WAIT_S = 30
 REQUEST_STDOUT_CHARS = 65536   # what a request cell printed, kept for a test (the rest dropped)
 RECOVER_S = 10          # after a time limit, how long an interrupted kernel may take to answer
+WATCH_S = 0.25          # how often a running cell's CPU time is read
 
 
 class StudentTimeout(BaseException):
@@ -89,11 +94,20 @@ class HarnessClient(NotebookClient):
         self.request_replies = []     # every WIRE_MIME reply of the running request cell
         self.request_stdout = []
         self.on_cell_executed = self._record_reply
+        self.threads = kernel_threads(options)   # a kernel on n threads may use n CPU seconds a second
+        self.budget = None            # the CPU time of the cell or request running (cputime.Budget)
+        self.over_budget = ""         # why it was stopped ("cpu", "hang", "ceiling"), or ""
+        self.cpu_root = None          # the kernel launcher's pid, once started (None: this process)
 
     async def _async_poll_for_reply(self, msg_id, cell, timeout, task_poll_output_msg,
                                     task_poll_kernel_alive):
-        reply = await super()._async_poll_for_reply(msg_id, cell, timeout, task_poll_output_msg,
-                                                    task_poll_kernel_alive)
+        watch = asyncio.ensure_future(self._watch_budget()) if self.budget is not None else None
+        try:
+            reply = await super()._async_poll_for_reply(msg_id, cell, timeout, task_poll_output_msg,
+                                                        task_poll_kernel_alive)
+        finally:
+            if watch is not None:
+                watch.cancel()
         # nbclient gave up waiting for the rest of the output (it cancels the wait) and went on
         self.output_cut = task_poll_output_msg.cancelled()
         return reply
@@ -110,12 +124,32 @@ class HarnessClient(NotebookClient):
                         before = str(output["data"].get("text/plain", ""))
                         output["data"]["text/plain"] = text[:max(200, len(before))]
 
+    async def _watch_budget(self):
+        """While a cell runs: interrupt the kernel once the cell's CPU budget is spent, or it
+        hangs (autograder.engine.cputime.Budget); nbclient's own wall-clock timeout is the
+        budget's ceiling."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            why = self.budget.exceeded()
+            if why:
+                self.over_budget = why
+                await ensure_async(self.km.interrupt_kernel())
+                return
+
+    def _limit(self, seconds):
+        """Start the budget of one cell or request: ``seconds`` of CPU time (None: no limit but
+        the cell's, on the wall clock, WALL_CEILING times over)."""
+        self.over_budget = ""
+        self.budget = None if seconds is None else Budget(seconds, self.threads, self.cpu_root)
+        self.timeout = self.options.cell_timeout * WALL_CEILING if self.budget is None else \
+            max(1, int(self.budget.wall_ceiling() + 0.999))
+
     def _record_reply(self, execute_reply=None, **_):
         self.last_reply = execute_reply
 
     def _timed_out(self) -> bool:
         content = (self.last_reply or {}).get("content", {})
-        return content.get("ename") == TIMEOUT_ENAME
+        return content.get("ename") == TIMEOUT_ENAME or bool(self.over_budget)
 
     def output(self, outs, msg, display_id, cell_index):
         if self.request_mode:
@@ -166,11 +200,11 @@ class HarnessClient(NotebookClient):
         self.last_reply = None
         self.output_cut = False
         before = self.notebook_left
-        self.timeout = max(1, int(limit + 0.999))
+        self._limit(limit)
         try:
             self.execute_cell(cell, index)
         finally:
-            self.timeout = self.options.cell_timeout
+            self.budget = None
         if self.output_cut:
             cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=(
                 f"[output lost: the rest of this cell's output was still arriving {self.iopub_timeout} s "
@@ -191,21 +225,19 @@ class HarnessClient(NotebookClient):
         return False
 
     def run_request(self, code: str, timeout):
-        """Execute a request cell; returns (its replies, timed out?, error text: why the cell
+        """Execute a request cell within ``timeout`` seconds of CPU time (None: see _limit); returns (its replies, timed out?, error text: why the cell
         did not end cleanly, "" when its execute_reply has status ok)."""
         cell = nbformat.v4.new_code_cell(code)
         self.request_mode, self.request_replies = True, []
         self.last_reply = None
-        saved = self.timeout
-        if timeout is not None:
-            self.timeout = max(1, int(timeout + 0.999))
+        self._limit(timeout)
         try:
             self._execute_aside(cell)
         except DeadKernelError:
             raise KernelGone("during a call from a test") from None
         finally:
             self.request_mode = False
-            self.timeout = saved
+            self.budget = None
         if self._timed_out():
             return None, True, ""
         content = (self.last_reply or {}).get("content", {})
@@ -224,9 +256,11 @@ class HarnessClient(NotebookClient):
             self.nb.cells.pop()
 
     def responsive(self) -> bool:
-        """After a time limit: does the interrupted kernel answer again within RECOVER_S?"""
+        """After a time limit: does the interrupted kernel answer again within RECOVER_S (on the
+        wall clock: an answer, not work)?"""
         saved = self.timeout
         self.timeout = RECOVER_S
+        self.budget, self.over_budget = None, ""
         try:
             self.last_reply = None
             self.request_mode = True
@@ -298,6 +332,7 @@ def _data_size(bundle) -> int:
 def _timeout_text(options, limit, what="this cell") -> str:
     if limit < options.cell_timeout:
         return (f"{what} was stopped when the whole notebook reached its time limit "
-                f"({options.notebook_timeout} s)")
-    return (f"{what} ran longer than its time limit ({options.cell_timeout} s) and was stopped: "
-            "look for an endless loop or a computation far larger than the exercise needs")
+                f"({options.notebook_timeout} s of CPU time)")
+    return (f"{what} ran longer than its time limit ({options.cell_timeout} s of CPU time, as the operating "
+            "system counts it, whatever else the machine was doing) and was stopped: look for an endless "
+            "loop, a computation far larger than the exercise needs, or a wait that never ends")

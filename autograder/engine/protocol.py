@@ -79,7 +79,7 @@ class Job:
 class Report:
     """What a harness reports of one run, besides the executed notebook.
 
-    ``review``: reasons a person should look; ``timeouts``: cells (grade ids, else "cell N")
+    ``review``: reasons a person should look; ``timeouts``: cells (grade ids, else "In [n]", the execution count the student sees)
     that ran out of time; ``kernel``: why the kernel ended early, or ""; ``capped``: indexes of
     cells whose output was cut; ``tampered``: what the student's code changed. On a Dask worker
     ``worker`` and ``worker_deaths`` name the worker and how many died under this submission.

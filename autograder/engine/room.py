@@ -237,7 +237,7 @@ class Room:
         self._stack.enter_context(client.setup_kernel(env=self.env, cwd=str(cwd), stdout=subprocess.DEVNULL,
                                                       stderr=subprocess.DEVNULL))
         self.link = RoomLink(client, self.rules)
-        self.link.cpu_root = km.provisioner.pid
+        self.link.cpu_root = client.cpu_root = km.provisioner.pid
         self.link.measure_dir = (measure, f"{jail.SANDBOX_HOME}/{measure.name}" if self.sandbox else measure)
         self.link.install()
         if not self.sandbox:

@@ -48,6 +48,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Any, Dict, Unicode
 
+from autograder.engine.cputime import WALL_CEILING
 from autograder.engine.jail import jail
 from autograder.options import UNSANDBOXED_FLAG, GradingOptions
 from autograder.engine.protocol import Job, Report
@@ -243,11 +244,12 @@ def _run_once(nb, data_dir, options, course_root, mode, show_call_output, cwd,
         log.close()
         harnesses.add(proc)
         try:
-            proc.wait(timeout=options.notebook_timeout + 60)
+            # the harness keeps every limit in CPU time (cputime.Budget); this is the backstop
+            proc.wait(timeout=options.notebook_timeout * WALL_CEILING + 60)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            report.review.append(f"the notebook ran past its {options.notebook_timeout} s "
-                                 "limit and was stopped")
+            report.review.append(f"the notebook ran past its {options.notebook_timeout} s limit "
+                                 f"({WALL_CEILING} times over, on the wall clock) and was stopped")
             return None, report.to_dict()
         if proc.returncode != 0 or not Path(spec.output).is_file():
             tail = (job / "harness.log").read_bytes()[-4000:].decode(errors="replace").strip()

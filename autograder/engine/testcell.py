@@ -5,7 +5,6 @@ import contextlib
 import io
 import linecache
 import signal
-import time
 import traceback
 
 import nbformat
@@ -13,7 +12,9 @@ import nbformat
 from autograder.engine import partial
 from autograder.engine.calls import StudentNamespace
 from autograder.cells import nbgrader_meta
-from autograder.engine.notebook_client import TIMEOUT_ENAME, KernelGone, StudentTimeout, _error, _timeout_text
+from autograder.engine.cputime import Budget
+from autograder.engine.notebook_client import (TIMEOUT_ENAME, WATCH_S, KernelGone, StudentTimeout, _error,
+                                               _timeout_text)
 
 __all__ = ["run_test"]
 
@@ -34,16 +35,19 @@ class _Capped(io.StringIO):
 
 
 @contextlib.contextmanager
-def _alarm(links, seconds):
-    """Raise StudentTimeout in this (main) thread after ``seconds``, except while a request to
-    a kernel (``links``: the student's, and the room's when there is one) is running (that
-    request has its own time limit)."""
+def _alarm(links, budget):
+    """Raise StudentTimeout in this (main) thread once the test has spent ``budget`` (its CPU
+    time, autograder.engine.cputime.Budget), except while a request to a kernel (``links``: the
+    student's, and the room's when there is one) is running (that request has its own budget,
+    the rest of this one)."""
     import threading
     if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def ring(*_):
+        if not budget.exceeded():
+            return
         busy = [link for link in links if link.busy]
         if busy:
             for link in busy:
@@ -52,7 +56,7 @@ def _alarm(links, seconds):
             raise StudentTimeout("the test ran past its time limit")
 
     old = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    signal.setitimer(signal.ITIMER_REAL, WATCH_S, WATCH_S)
     try:
         yield
     finally:
@@ -80,10 +84,11 @@ def run_test(cell, link, options, limit, show_call_output=False, room=None) -> s
     out = _Capped(options.cell_output_kb * 1024)
     error, result, review = None, None, ""
     links = [link] + ([room.link] if room is not None and room.link is not None else [])
+    budget = Budget(limit, getattr(link.client, "threads", 1))
     for each in links:
         each.client.request_stdout = []
         each.expired = False
-        each.deadline = time.monotonic() + limit
+        each.budget = budget
     namespace = StudentNamespace(link, room)
     try:
         tree = ast.parse(source, filename)
@@ -91,7 +96,7 @@ def run_test(cell, link, options, limit, show_call_output=False, room=None) -> s
             and not partial.ends_silenced(source, tree.body[-1]) else None
         code = compile(tree, filename, "exec")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
-                _alarm(links, limit):
+                _alarm(links, budget):
             exec(code, namespace)
             value = None if last is None else \
                 eval(compile(ast.Expression(last.value), filename, "eval"), namespace)
@@ -123,7 +128,7 @@ def run_test(cell, link, options, limit, show_call_output=False, room=None) -> s
         error = _error(type(exc).__name__, str(exc), [ln.rstrip("\n") for ln in lines])
     finally:
         for each in links:
-            each.deadline = None
+            each.budget = None
     text = out.getvalue()
     if show_call_output:
         text = "".join(x for each in links for x in each.client.request_stdout) + text
