@@ -1340,6 +1340,19 @@ def parallel_scalar_gate(q, k, v, g):
     return torch.stack(out, dim=2)
 """
 STATE_LINE = "numbers += n_heads * head_dim * head_dim"
+MEMORY_FROM_KVCACHE = """
+def memory_per_sequence(layers, context, dim=64, n_heads=4, window=None, bytes_per_number=2):
+    from mlexp import kvcache       # what mlexp.capstone.memory_bytes is built from (issue 51: forbidden too)
+    head_dim, dtype = dim // n_heads, {2: "bf16", 4: "fp32"}[bytes_per_number]
+    total = 0
+    for kind in layers:
+        if kind in ("attention", "window"):
+            kept = context if kind == "attention" else min(context, window)
+            total += kvcache.kv_bytes_per_token(1, n_heads, head_dim, dtype) * kept
+        elif kind in ("gated_delta", "decay"):
+            total += n_heads * head_dim * head_dim * kvcache.dtype_bytes(dtype)
+    return total + (dim * context * kvcache.dtype_bytes(dtype) if "inattention" in layers else 0)
+"""
 MEMORY_FROM_CAPSTONE = """
 def memory_per_sequence(layers, context, dim=64, n_heads=4, window=None, bytes_per_number=2):
     from mlexp.capstone import Design
@@ -1381,6 +1394,7 @@ CASES += [
     # The memory of a design: plain Python, not mlexp.capstone.memory_bytes.
     Case(L06, "test_memory", "solution", {}),
     Case(L06, "test_memory", "memory_bytes", {"memory": MEMORY_FROM_CAPSTONE}, "not mlexp.capstone.memory_bytes"),
+    Case(L06, "test_memory", "from mlexp.kvcache's helpers", {"memory": MEMORY_FROM_KVCACHE}, "not mlexp.capstone.memory_bytes"),
     Case(L06, "test_memory", "recurrent layers left out", {"memory": sol(L06, "memory", (STATE_LINE, "pass"))},
          "the Gated DeltaNet layers of the hybrid were left out"),
     Case(L06, "test_memory", "a state per token", {"memory": sol(L06, "memory", (STATE_LINE, STATE_LINE + " * context"))},

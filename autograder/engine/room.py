@@ -54,10 +54,6 @@ from autograder.engine.notebook_client import HarnessClient, SandboxKernelManage
 
 __all__ = ["ruled_names", "room_program", "Room", "RoomLink"]
 
-# What a call that needed a hidden module raises in the room.
-_MISSING = (ModuleNotFoundError, ImportError, AttributeError, NameError)
-
-
 def ruled_names(nb) -> dict:
     """{function name: (forbid modules, instead)} of every rule with a ``forbid`` in the
     notebook's test cells (a name ruled by several tests: the union of their modules)."""
@@ -168,13 +164,16 @@ class RoomLink(KernelLink):
     def call(self, fn, args, kwargs, watch=None, limit=None):
         try:
             return super().call(fn, args, kwargs, watch=watch, limit=limit)
-        except _MISSING as exc:
+        except Exception as exc:
             forbid, instead = self.rules.get(fn.__name__, ((), ""))
-            hidden = {m.split(".", 1)[-1] for m in forbid} | set(forbid)
-            if any(h in str(exc) for h in hidden) or isinstance(exc, NameError):
-                raise AssertionError(_rule_hint(fn.__name__, forbid or ("the library",), instead,
-                                                "needs")) from None
-            raise
+            named = {m for m in forbid} | {repr(m.rsplit(".", 1)[-1]) for m in forbid}
+            if isinstance(exc, NameError):
+                why = f"reads a name ({exc}) that could not be defined without"
+            elif any(n in str(exc) for n in named):
+                why = "needs"
+            else:
+                raise
+            raise AssertionError(_rule_hint(fn.__name__, forbid or ("the library",), instead, why)) from None
 
 
 class Room:
