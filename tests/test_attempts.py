@@ -509,3 +509,23 @@ def test_grades_summary_says_what_a_timeout_needs():
     said = "\n".join(lines)
     assert "1 submission(s) timed out" in said and "hold them back" in said
     assert set(re.findall(r"--[a-z-]+", said)) <= _parser_flags()
+
+
+def test_a_row_added_to_a_stamped_file_may_leave_the_attempt_out(tmp_path):
+    """An editor appends six cells to a file the grader stamped (seven columns): the row is
+    read, and stamped in its turn; five cells are still refused with their line."""
+    from autograder.term.policy import OverrideError, load_final_grades
+    out = graded(tmp_path, [Result("smithann_12345", LESSON, 5, digest=NEW,
+                                   exercises={"test_add": 2.0, "test_mul": 3.0})])
+    header = ("student_id", "assignment", "exercise", "points", "comment", "by", "attempt")
+    path = overrides(out, [["smithann_12345", LESSON, "test_add", "1", "", "", OLD]], header)
+    with open(path, "a", newline="") as f:
+        csv.writer(f).writerow(["smithann_12345", LESSON, "test_mul", "2", "", ""])
+    with pytest.warns(UserWarning, match="line 3"):
+        (g,) = load_final_grades(out)
+    assert (g.score, [o.exercise for o in g.stale]) == (4.0, ["test_add"])
+    assert list(csv.reader(path.open()))[2][-1] == NEW
+    with open(path, "a", newline="") as f:
+        csv.writer(f).writerow(["smithann_12345", LESSON, "test_mul", "2", ""])
+    with pytest.raises(OverrideError, match="line 4: 5 cells, expected 6 or 7"):
+        load_final_grades(out)

@@ -128,8 +128,9 @@ def read_overrides(path, known: dict) -> list:
         if not any(cell.strip() for cell in row):
             continue
         where = f"{path} line {line}"
-        if len(row) != len(header):
-            raise OverrideError(f"{where}: {len(row)} cells, expected {len(header)} "
+        if len(row) not in (len(OVERRIDE_COLUMNS), len(header)):   # attempt may be left out
+            expected = " or ".join(str(n) for n in sorted({len(OVERRIDE_COLUMNS), len(header)}))
+            raise OverrideError(f"{where}: {len(row)} cells, expected {expected} "
                                 f"({','.join(header)}; quote a comment with commas)")
         student, lesson, exercise, points, comment, by = (c.strip() for c in row[:6])
         attempt = row[6].strip().lower() if len(row) > 6 else ""
