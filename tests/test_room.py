@@ -176,3 +176,34 @@ def test_the_lessons_settings_come_along_but_not_its_experiments():
     for wanted in ("import torch", "torch.set_num_threads(1)", "torch.manual_seed(0)", "cudnn.benchmark = False"):
         assert wanted in program
     assert "Linear" not in program and "print" not in program
+
+
+def test_the_guard_refuses_the_forbidden_modules_code_however_it_is_carried(tmp_path):
+    """room_guard: once added (in a process of its own here: an audit hook stays for good), a
+    compile of text holding a function of a forbidden module fails, compressed and renamed or not,
+    while the student's own code and the other modules' code compile."""
+    import subprocess
+    import sys
+    from autograder.engine.room_guard import guard_program
+    script = tmp_path / "guard.py"
+    script.write_text(f'''import base64, inspect, zlib
+import mlexp.ops.linear as linear, mlexp.kvcache as kvcache
+text = inspect.getsource(linear).replace("_recurrent", "mine")
+packed = base64.b64encode(zlib.compress(text.encode()))
+{guard_program(("mlexp.ops",))}
+for name, source in (("pasted", text), ("packed", zlib.decompress(base64.b64decode(packed)).decode())):
+    try:
+        exec(compile(source, "<x>", "exec"), {{}})
+        print(name, "ran")
+    except RuntimeError as exc:
+        print(name, "refused:", exc)
+compile(inspect.getsource(kvcache), "<kvcache>", "exec")
+exec(compile("def mine(q):\\n    return q + 1\\n", "<own>", "exec"), {{}})
+print("others ran")
+''')
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("pasted refused: ") and "is the code of mlexp.ops.linear." in lines[0], lines
+    assert lines[1].startswith("packed refused: "), lines
+    assert lines[2] == "others ran", lines

@@ -15,7 +15,7 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["copied_library_code", "library_source_read", "COPY_MIN_STATEMENTS"]
+__all__ = ["copied_library_code", "copy_of", "library_source_read", "COPY_MIN_STATEMENTS"]
 
 COPY_MIN_STATEMENTS = 6      # a library function this small is what anyone would write
 COPY_SHARE = 0.85            # of a library function's statements, in its order, that make a copy
@@ -101,7 +101,6 @@ def copied_library_code(tree, exec_only=False) -> list:
     library function of COPY_MIN_STATEMENTS or more, COPY_SHARE of them at least, in its order,
     within a function of ``tree`` (names, strings, comments, ``pass`` and wrapping blocks aside),
     or within code given to ``exec``/``compile`` as a constant string (``exec_only``: only those)."""
-    from collections import Counter
     trees = [] if exec_only else [tree]
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exec", "compile") \
@@ -116,17 +115,24 @@ def copied_library_code(tree, exec_only=False) -> list:
         for node in ast.walk(t):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            mine = _flat(node.body)
-            have = Counter(mine)
-            for shapes, name in library:
-                need = COPY_SHARE * len(shapes)
-                if sum(min(c, have[s]) for s, c in Counter(shapes).items()) >= need and \
-                        _common(shapes, mine) >= need:
-                    what = f"{node.name} is the code of {name}"
-                    if what not in said:
-                        said.append(what)
-                    break
+            name = copy_of(_flat(node.body), library)
+            what = f"{node.name} is the code of {name}"
+            if name and what not in said:
+                said.append(what)
     return said
+
+
+def copy_of(mine, library):
+    """The name of the library function whose statements ``mine`` (a function's :func:`_flat`
+    shapes) holds, COPY_SHARE of them at least in their order, or None. ``library``: (shapes,
+    name) pairs as :func:`_library_shapes` gives them (the room's guard sends them as hashes)."""
+    from collections import Counter
+    have = Counter(mine)
+    for shapes, name in library:
+        need = COPY_SHARE * len(shapes)
+        if sum(min(c, have[s]) for s, c in Counter(shapes).items()) >= need and _common(shapes, mine) >= need:
+            return name
+    return None
 
 
 SOURCE_READERS = ("inspect.getsource", "inspect.getsourcelines")

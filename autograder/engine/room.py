@@ -51,6 +51,7 @@ from autograder.engine.audit_names import Bindings, free_loads
 from autograder.engine.calls import KernelLink
 from autograder.engine.jail import jail
 from autograder.engine.notebook_client import HarnessClient, SandboxKernelManager, StudentTimeout
+from autograder.engine.room_guard import guard_program
 
 __all__ = ["ruled_names", "room_program", "Room", "RoomLink"]
 
@@ -126,9 +127,10 @@ def room_program(nb, names, before: int) -> str:
             chosen[id(b.node)] = place
             todo.extend(n.id for n in free_loads(b.node) if n.id not in seen)
     parts = []
-    for _cell, _part, _position, stmt in sorted(chosen.values(), key=lambda p: p[:3]):
-        body = "\n".join("    " + line for line in ast.unparse(stmt).splitlines())
-        parts.append(f"try:\n{body}\nexcept Exception:\n    pass\n")
+    for cell, _part, _position, stmt in sorted(chosen.values(), key=lambda p: p[:3]):
+        # compiled one by one, so that the room's guard (room_guard) refuses a statement alone
+        parts.append(f"try:\n    exec(compile({ast.unparse(stmt)!r}, '<cell {cell}>', 'exec'), globals())\n"
+                     "except Exception:\n    pass\n")
     return "".join(parts)
 
 
@@ -241,6 +243,9 @@ class Room:
         self.link.install()
         if not self.sandbox:
             self.link.client.run_request(_BLOCKER.format(hide=self.hide), limit)
+        _reply, timed_out, error = self.link.client.run_request(guard_program(self.hide), limit)
+        if timed_out or error:
+            raise RuntimeError(f"the room's guard could not be set up ({error or 'timed out'})")
 
 
     def prepare(self, before: int, limit: float) -> None:
