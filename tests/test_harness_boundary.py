@@ -478,3 +478,21 @@ def test_a_reply_forged_by_the_called_function_is_never_read(tmp_path):
     assert (err["ename"], err["evalue"]) == ("RuntimeError", "SystemExit: 3"), err
     [touched] = [t for t in report["tampered"] if t.startswith("the grader's channel was touched")]
     assert "2 replies to one request" in touched and "did not end cleanly" in touched, report
+
+
+def test_feedback_shows_what_an_output_widget_printed_and_notes_interactive_figures():
+    """Issue 52, item 6: an ipywidgets.Output's captured text is written in place of its view (a
+    feedback page runs no script), and a cell that switches to %matplotlib notebook gets a note."""
+    import nbformat
+    from autograder.engine.notebook_client import HarnessClient, widget_text
+    from autograder.options import GradingOptions
+    states = {"o": {"_model_name": "OutputModel", "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": "epoch 1\n"},
+        {"output_type": "display_data", "data": {"text/plain": "<Figure>"}}]}}
+    assert widget_text(states, "o") == "epoch 1\n<Figure>\n"
+    client = HarnessClient(nbformat.v4.new_notebook(), GradingOptions())
+    for source, noted in (("%matplotlib notebook\nplt.plot([1])", True), ("  %matplotlib widget", True),
+                          ("%matplotlib inline", False), ("# %matplotlib notebook would not show", False)):
+        cell = nbformat.v4.new_code_cell(source)
+        client.note_interactive_figures(cell)
+        assert bool(cell.outputs) == noted, source

@@ -197,6 +197,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
                     if _names_the_channel(cell) and channel_cell is None:
                         channel_cell = count + 1      # its In [n], as the student sees it
                     timed_out = client.run_cell(cell, index, limit)
+                    client.note_interactive_figures(cell)
                 if cell.source.strip():
                     count += 1
                     cell.execution_count = count

@@ -34,6 +34,7 @@ KERNEL_MODULE = "_autograder_wire"   # the name of autograder.engine.kernel.wire
 # not arrived by then is lost, and the cell and the report say so.
 OUTPUT_WAIT_S = 30
 REQUEST_STDOUT_CHARS = 65536   # what a request cell printed, kept for a test (the rest dropped)
+INTERACTIVE_FIGURES = re.compile(r"^\s*%matplotlib\s+(notebook|widget|ipympl|nbagg)\b", re.M)
 RECOVER_S = 10          # after a time limit, how long an interrupted kernel may take to answer
 WATCH_S = 0.25          # how often a running cell's CPU time is read
 
@@ -112,6 +113,15 @@ class HarnessClient(NotebookClient):
         self.output_cut = task_poll_output_msg.cancelled()
         return reply
 
+    def note_interactive_figures(self, cell) -> None:
+        """A note under a cell that switches matplotlib to a backend drawn by JavaScript in the
+        browser (``%matplotlib notebook``, ``widget``, ``ipympl``): a feedback page runs no script,
+        so its figures would be missing without a word."""
+        if INTERACTIVE_FIGURES.search(cell.source):
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=(
+                "[a note from the grader: this cell draws figures with an interactive backend (%matplotlib "
+                "notebook or widget), which a feedback page cannot show; %matplotlib inline shows them here]\n")))
+
     def settle_widget_text(self, nb) -> None:
         """Give each widget view in ``nb`` the text its widget shows at the end (widget_text),
         where the widget can be drawn as text; the view itself is kept as it was."""
@@ -122,7 +132,7 @@ class HarnessClient(NotebookClient):
                     text = widget_text(self.widget_state, str(view.get("model_id", "")))
                     if text is not None:   # no longer than the capped text it replaces, or 200
                         before = str(output["data"].get("text/plain", ""))
-                        output["data"]["text/plain"] = text[:max(200, len(before))]
+                        output["data"]["text/plain"] = text[:max(WIDGET_TEXT_CHARS, len(before))]
 
     async def _watch_budget(self):
         """While a cell runs: interrupt the kernel once the cell's CPU budget is spent, or it
@@ -274,6 +284,7 @@ class HarnessClient(NotebookClient):
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_TEXT_CHARS = 4000   # of a widget's text written in place of its view (an Output's prints)
 _TAG = re.compile(r"<[^>]*>")
 
 
@@ -283,12 +294,18 @@ def widget_text(states: dict, model_id: str, depth: int = 0):
 
     A feedback page runs no script, so a widget view shows its output's text/plain, which is the
     widget's text when it was first displayed: a tqdm bar read "0/5" after the loop had finished.
-    Drawn here: text and HTML labels (tags dropped), progress bars (as a bar of ten cells) and
-    boxes of those (tqdm's notebook bar is a box of a label, a bar and a label)."""
+    Drawn here: text and HTML labels (tags dropped), progress bars (as a bar of ten cells),
+    boxes of those (tqdm's notebook bar is a box of a label, a bar and a label) and an
+    ``ipywidgets.Output``'s captured text (what was printed into it, and its displays' plain text)."""
     state = states.get(model_id) or {}
     name = state.get("_model_name", "")
     if depth > 4 or not name:
         return None
+    if name == "OutputModel":
+        outputs = state.get("outputs") if isinstance(state.get("outputs"), list) else []
+        return "".join(str(o.get("text", "")) if o.get("output_type") == "stream" else
+                       str((o.get("data") or {}).get("text/plain", "")) + "\n"
+                       for o in outputs if isinstance(o, dict))
     if name in ("HTMLModel", "LabelModel", "TextModel", "HTMLMathModel"):
         return html.unescape(_TAG.sub("", str(state.get("value", "")))).replace("\xa0", " ").replace("\u2007", " ")
     if name in ("FloatProgressModel", "IntProgressModel"):
