@@ -191,7 +191,9 @@ def parallel_linear_attention(q, k, v, normalize=True):
 """
 # student -> (status prefix, points lost, what the status says)
 DISHONEST = {"d01_calls_library": ("graded", 3, ""),
-             "d01_pastes_library": ("needs manual review", 0, "_scan is the code of mlexp.ops.linear._recurrent"),
+             # held naming the paste, and its rule's points lost: the room's guard refuses to compile the
+             # library's code there (autograder/engine/room_guard.py)
+             "d01_pastes_library": ("needs manual review", 3, "_scan is the code of mlexp.ops.linear._recurrent"),
              "d01_loops_tokens": ("graded", 3, "")}
 
 
