@@ -48,7 +48,7 @@ from pathlib import Path
 
 from autograder.cells import grade_id_of, is_test_cell
 from autograder.engine.audit_code import code_in_strings, dynamic_code, machinery_touched, sequence_loops
-from autograder.engine.audit_names import FUNCTIONS, Bindings, import_modules, attribute_paths, free_loads
+from autograder.engine.audit_names import FUNCTIONS, Bindings, closure, import_modules, attribute_paths, free_loads
 from autograder.engine.copies import copied_library_code, library_source_read
 from autograder.engine.rule_args import rule_calls
 
@@ -292,18 +292,8 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
 
 
 def _closure(fn, test_cell, bindings: Bindings, student_cells):
-    """The student's bindings ``fn`` is made of when the test in ``test_cell`` calls it: its own,
-    then those of every module name they read, in turn (each name once)."""
-    seen, todo = set(), [fn]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for b in bindings.at(name, test_cell):
-            if b.cell in student_cells:
-                yield name, b
-                todo.extend(n.id for n in free_loads(b.node) if n.id not in seen)
+    """The student's bindings ``fn`` is made of when the test in ``test_cell`` calls it (audit_names.closure)."""
+    return closure([fn], test_cell, bindings, student_cells)
 
 
 def _loop_in(fn, test_cell, bindings: Bindings, student_cells) -> str:

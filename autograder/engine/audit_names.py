@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-__all__ = ["Binding", "Bindings", "free_loads", "attribute_paths", "import_modules"]
+__all__ = ["Binding", "Bindings", "closure", "free_loads", "attribute_paths", "import_modules"]
 
 MUTATORS = {"append", "extend", "insert", "update", "setdefault", "add", "__setitem__"}
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith, ast.Match)
@@ -169,6 +169,22 @@ class Bindings:
         found = [b for b in self.by_name.get(name, []) if b.cell < before]
         last = max((i for i, b in enumerate(found) if not b.conditional), default=None)
         return found if last is None else found[last:]
+
+
+def closure(roots, before: int, bindings: Bindings, cells=None):
+    """The bindings the names ``roots`` are made of when cell ``before`` runs: their own, then
+    those of every module name they read, in turn (each name once), as (name, Binding); only the
+    bindings made in ``cells`` (cell numbers; None: any) are followed."""
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for b in bindings.at(name, before):
+            if cells is None or b.cell in cells:
+                yield name, b
+                todo.extend(n.id for n in free_loads(b.node) if n.id not in seen)
 
 
 def _locals_of(fn) -> set:

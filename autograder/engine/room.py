@@ -47,7 +47,7 @@ from pathlib import Path
 from autograder.cells import is_test_cell
 from autograder.engine.audit import RULE_HINT, _parse, _rules_of
 from autograder.engine.audit_code import code_in_strings
-from autograder.engine.audit_names import Bindings, free_loads
+from autograder.engine.audit_names import Bindings, closure, free_loads
 from autograder.engine.calls import KernelLink
 from autograder.engine.jail import jail
 from autograder.engine.notebook_client import HarnessClient, SandboxKernelManager, StudentTimeout
@@ -110,22 +110,14 @@ def room_program(nb, names, before: int) -> str:
     followed name by name, in notebook order, each in a ``try`` of its own; and the settings
     made before it (``torch.set_num_threads(1)``, ``torch.manual_seed(0)``, :data:`_SETTINGS`)."""
     bindings, where, settings = _statements(nb)
-    chosen, seen, todo = {}, set(), list(names)
+    chosen, roots = {}, list(names)
     for cell, stmt in settings:
         if cell < before:
             chosen[id(stmt)] = where[id(stmt)]
-            todo.extend(n.id for n in free_loads(stmt))
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for b in bindings.at(name, before):
-            place = where.get(id(b.node))
-            if place is None:     # a function's `global` statement: the function's own binding counts
-                continue
-            chosen[id(b.node)] = place
-            todo.extend(n.id for n in free_loads(b.node) if n.id not in seen)
+            roots.extend(n.id for n in free_loads(stmt))
+    for _name, b in closure(roots, before, bindings):
+        if id(b.node) in where:     # not a function's `global` statement: the function's own binding counts
+            chosen[id(b.node)] = where[id(b.node)]
     parts = []
     for cell, _part, _position, stmt in sorted(chosen.values(), key=lambda p: p[:3]):
         # compiled one by one, so that the room's guard (room_guard) refuses a statement alone
