@@ -297,7 +297,7 @@ def test_repair_notes_without_running(course):
                 "grade_id") for c in toy.cells) if g], student
             if needle and status == "graded" and "renamed" not in needle and "submissions" \
                     not in needle and "folder" not in needle and "inside" not in needle \
-                    and "output capped" not in needle:
+                    and "output capped" not in needle and "math.isclose" not in needle:   # a grading note
                 assert any(needle in n for n in notes), (student, notes)
 
 

@@ -74,6 +74,7 @@ class StudentNamespace(dict):
         if not isinstance(name, str) or name.startswith("__") or hasattr(builtins, name):
             raise KeyError(name)
         if self._room is not None and name in self._room.rules:
+            self._link.lookup(name)   # the notebook must hold it (a cell that raised before its def did not)
             value = self._room.lookup(name)
         else:
             value = self._link.lookup(name)

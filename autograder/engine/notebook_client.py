@@ -129,10 +129,13 @@ class HarnessClient(NotebookClient):
             for output in cell.get("outputs", []):
                 view = output.get("data", {}).get(WIDGET_VIEW)
                 if isinstance(view, dict):
-                    text = widget_text(self.widget_state, str(view.get("model_id", "")))
+                    model_id = str(view.get("model_id", ""))
+                    text = widget_text(self.widget_state, model_id)
                     if text is not None:   # no longer than the capped text it replaces, or 200
-                        before = str(output["data"].get("text/plain", ""))
-                        output["data"]["text/plain"] = text[:max(WIDGET_TEXT_CHARS, len(before))]
+                        before = str(output["data"].get("text/plain", ""))      # (an Output's prints: more)
+                        room = WIDGET_TEXT_CHARS if self.widget_state.get(model_id, {}).get(
+                            "_model_name") == "OutputModel" else 200
+                        output["data"]["text/plain"] = text[:max(room, len(before))]
 
     async def _watch_budget(self):
         """While a cell runs: interrupt the kernel once the cell's CPU budget is spent, or it

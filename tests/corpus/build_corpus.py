@@ -135,7 +135,8 @@ L01_CASES = {
     "l01_swaps_trace": ("needs manual review", 7, "replaces mlexp.rules.Trace"),
     # the room (no mlexp.ops there) fails the recurrent form; the reading holds it with the true reason
     "l01_execs_library_source": ("needs manual review", 7, "mlexp.ops.linear._recurrent, read with inspect.getsource"),
-    "l01_pastes_library": ("needs manual review", 10, "_scan is the code of mlexp.ops.linear._recurrent"),
+    # held naming the paste, and the recurrent form's 3 points lost: the room's guard refuses its code
+    "l01_pastes_library": ("needs manual review", 7, "_scan is the code of mlexp.ops.linear._recurrent"),
     "l01_rewrites_the_report": ("needs manual review", 7, "IPython's shell"),
 }
 L00_CASES = {
