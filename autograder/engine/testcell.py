@@ -35,18 +35,19 @@ class _Capped(io.StringIO):
 
 
 @contextlib.contextmanager
-def _alarm(links, budget):
+def _alarm(links, budget, in_process=False):
     """Raise StudentTimeout in this (main) thread once the test has spent ``budget`` (its CPU
     time, autograder.engine.cputime.Budget), except while a request to a kernel (``links``: the
     student's, and the room's when there is one) is running (that request has its own budget,
-    the rest of this one)."""
+    the rest of this one). ``in_process``: the student's code runs in this process (the dry run,
+    autograder.engine.dryrun), where the alarm rings once, at the limit."""
     import threading
     if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def ring(*_):
-        if not budget.exceeded():
+        if not in_process and not budget.exceeded():
             return
         busy = [link for link in links if link.busy]
         if busy:
@@ -56,7 +57,10 @@ def _alarm(links, budget):
             raise StudentTimeout("the test ran past its time limit")
 
     old = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, WATCH_S, WATCH_S)
+    if in_process:   # the student's code runs in this process (the dry run): one alarm at the limit, so
+        signal.setitimer(signal.ITIMER_REAL, max(budget.seconds, 0.01))   # no handler runs inside its watch
+    else:
+        signal.setitimer(signal.ITIMER_REAL, WATCH_S, WATCH_S)
     try:
         yield
     finally:
@@ -96,7 +100,7 @@ def run_test(cell, link, options, limit, show_call_output=False, room=None) -> s
             and not partial.ends_silenced(source, tree.body[-1]) else None
         code = compile(tree, filename, "exec")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
-                _alarm(links, budget):
+                _alarm(links, budget, in_process=not hasattr(link.client, "threads")):
             exec(code, namespace)
             value = None if last is None else \
                 eval(compile(ast.Expression(last.value), filename, "eval"), namespace)
