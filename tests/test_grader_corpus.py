@@ -28,7 +28,7 @@ import pytest
 from autograder.publishing.build import build
 from autograder.engine.check import check_notebook
 from autograder.intake.collect import collect
-from autograder.grading.grade import grade_class
+from autograder.grading.grade import ALONE_NOTE, grade_class
 from autograder.options import GradingOptions
 from autograder.intake.repair import normalise_name
 from autograder.engine.sandbox import run_submission
@@ -244,6 +244,8 @@ def test_stderr_warning_and_timeouts_score_per_cell(graded_corpus):
     assert float(got[("warning_on_stderr", ASSIGNMENT)]["test_mul"]) == 3   # not zeroed
     loop = got[("endless_loop", ASSIGNMENT)]
     assert (float(loop["test_mul"]), float(loop["test_add"])) == (0, 2)
+    assert loop["status"].startswith("timed out") and ALONE_NOTE in loop["notes"]   # graded again, alone
+    assert ALONE_NOTE not in got[("warning_on_stderr", ASSIGNMENT)]["notes"]
     executed = nbformat.read(out / "work" / "autograded" / "endless_loop" / ASSIGNMENT / NOTEBOOK,
                              as_version=4)
     errors = [o.ename for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]

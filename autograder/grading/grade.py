@@ -5,7 +5,8 @@ notebook against the released lesson, then for each student not already graded w
 bytes, let nbgrader autograde it with execution moved into the trusted harness (test cells run
 there, the student's cells in a sandboxed kernel: autograder.engine.sandbox), render feedback without
 hidden tests, and commit the result to the journal (autograder.journal). ``jobs`` students run
-at once; everything that touches the gradebook is serialised in this process (the only writer
+at once; a submission that reaches a time limit is graded again alone, once the others are done,
+and that run's result is the one kept (issue 52: no verdict depends on the load); everything that touches the gradebook is serialised in this process (the only writer
 of grades). With a Dask scheduler, each submission's sandboxed run goes to a worker of that
 cluster instead (autograder.engine.distributed); everything else stays here. nbgrader's part, one
 student at a time, is autograder.engine.autograde; the releases graded against, autograder.publishing.releases.
@@ -35,7 +36,7 @@ from autograder.release import Release
 from autograder.publishing.releases import git_releases, release_history, update_releases
 from autograder.lms.base import by_layout
 from autograder.intake.repair import SubmissionRejected, read_notebook_text, release_cells, repair_notebook
-from autograder.results import GRADE_COLUMNS, Result, read_timestamp, write_grades_csv
+from autograder.results import GRADE_COLUMNS, TIMED_OUT, Result, Status, read_timestamp, write_grades_csv
 from autograder.term.policy import (OVERRIDES_FILE, attempts_of, grade_rows, read_overrides,
                                     stamp_overrides)
 from autograder.term.termfile import remember_term, remembered_term
@@ -60,6 +61,10 @@ class _Job:
 
 
 TAMPERING = "grader settings of"      # the repair note of a graded cell whose metadata was changed
+
+
+ALONE_NOTE = ("it reached a time limit, so it was graded a second time, alone (no other notebook of the "
+              "run being graded); this is the second run's result")
 
 
 def _with_earlier(lesson: Release, root: Path) -> Release:
@@ -271,9 +276,19 @@ def _grade_class(root, submissions, out, options, progress, jobs, force, db_url,
         pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="grade")
         try:
             futures = {pool.submit(grader.grade, job): job for job in todo}
+            again = []   # reached a time limit beside the others: graded again alone, below
             for fut in as_completed(futures):
+                if Status.of(fut.result().status).kind == TIMED_OUT:
+                    again.append(futures[fut])
+                    continue
                 commit(futures[fut], fut.result())
                 bar.set_postfix_str(f"{futures[fut].sub.student}/{futures[fut].sub.assignment}")
+                bar.update()
+            pool.shutdown()
+            for job in again:   # nothing else of this run is running now
+                res = grader.grade(job)
+                res.notes.append(ALONE_NOTE)
+                commit(job, res)
                 bar.update()
         except BaseException:   # Ctrl-C, a lost cluster: stop the runs, keep what is committed
             pool.shutdown(wait=False, cancel_futures=True)
