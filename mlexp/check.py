@@ -30,7 +30,7 @@ from pathlib import Path
 from .restore import find_lesson, nbgrader_meta as _nbgrader, normal_text, restore_cells
 from .runtime import temporary_environ
 
-__all__ = ["ExerciseResult", "CheckError", "check_notebook", "judge_test_cell", "partial_score", "printed_hints",
+__all__ = ["ExerciseResult", "CheckError", "check_notebook", "output_widgets_read_only", "judge_test_cell", "partial_score", "printed_hints",
            "result_of", "format_report", "terminal_safe", "normal_text", "is_test_cell", "main"]
 
 HIDDEN_NOTE = "hidden tests run only when the course grades it"
@@ -142,6 +142,31 @@ def restore_tests(nb, release) -> list:
     return restore_cells(nb, release)
 
 
+def output_widgets_read_only(client):
+    """Make nbclient ``client`` keep an Output widget's outputs without writing them back to the
+    kernel; returns ``client``. Use it on every client that runs a lesson.
+
+    nbclient plays the browser's part for ``ipywidgets.Output``: each print inside ``with out:``
+    reaches it, and it sends the widget's new outputs to the kernel as a comm message on the
+    shell channel, from the coroutine that reads outputs, while another coroutine waits on that
+    same socket for the cell's reply. A ZeroMQ socket signals a waiting reader once per arrival
+    (edge-triggered); a send that handles the reply's arrival first leaves the waiter asleep, and
+    the cell then waits out its whole time limit though its reply is there (nbclient#312,
+    nbconvert#1921). Lesson 04's cache calculator prints into an Output: in 25 runs of 20 such
+    cells, 17 runs had a cell wait its limit with the write, none without it. The outputs are
+    still kept where nbclient keeps them (``client.widget_state``), which is all a check or a
+    feedback page reads; only the kernel's copy (``out.outputs``) stays empty, as it does in a
+    static view of the notebook."""
+    from nbclient.output_widget import OutputWidget
+
+    class RecordingOutput(OutputWidget):
+        def send(self, data=None, metadata=None, buffers=None):
+            pass   # nothing goes to the kernel: see output_widgets_read_only
+
+    client.widget_registry = {"@jupyter-widgets/output": {"OutputModel": RecordingOutput}}
+    return client
+
+
 def check_notebook(path, timeout: int = 300) -> tuple:
     """Run the notebook at ``path`` in a fresh kernel; returns (ExerciseResults, notes).
 
@@ -180,12 +205,12 @@ def check_notebook(path, timeout: int = 300) -> tuple:
     with temporary_environ(NBGRADER_EXECUTION="validate"):    # the experiments at their token size
         # The kernel runs on this machine for this one check; its own log (ipykernel's notice that
         # a local kernel talks over TCP, as JupyterLab's do) would read as a problem with the lesson.
-        NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
-                       interrupt_on_timeout=True, extra_arguments=["--IPKernelApp.log_level=ERROR"],
-                       error_on_timeout={"ename": "CellTimeoutError",
-                                         "evalue": f"this cell ran longer than {timeout} s",
-                                         "traceback": []},
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        output_widgets_read_only(NotebookClient(
+            nb, timeout=timeout, allow_errors=True, kernel_name="python3", interrupt_on_timeout=True,
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+            error_on_timeout={"ename": "CellTimeoutError", "evalue": f"this cell ran longer than {timeout} s",
+                              "traceback": []},
+            resources={"metadata": {"path": str(path.parent)}})).execute()
     return [result_of(cell) for cell in nb.cells if is_test_cell(cell)], notes
 
 

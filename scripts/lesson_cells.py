@@ -347,13 +347,14 @@ def measure(ids) -> int:
     full size. Results are merged into scripts/lesson_times.json after each lesson.
     """
     from nbclient import NotebookClient
+    from mlexp.check import output_widgets_read_only
 
     with temporary_environ(NBGRADER_EXECUTION=None):
         for lesson_id in ids or LESSONS:
             path = ROOT / "solutions" / lesson_id / f"{lesson_id}.ipynb"
             nb = nbformat.read(path, as_version=4)
-            client = NotebookClient(nb, timeout=3600, kernel_name="python3",
-                                    resources={"metadata": {"path": str(path.parent)}})
+            client = output_widgets_read_only(NotebookClient(nb, timeout=3600, kernel_name="python3",
+                                                             resources={"metadata": {"path": str(path.parent)}}))
             load_before = os.getloadavg()[0]
             t0 = time.perf_counter()
             with client.setup_kernel():

@@ -26,7 +26,7 @@ from autograder.intake.collect import collect
 from autograder.config import KERNEL_ARGS, list_assignments
 from autograder.publishing.demo import load_catalog
 from autograder.grading.grade import BASE_COLUMNS, DEMO_SUBMISSIONS
-from mlexp.check import printed_hints
+from mlexp.check import output_widgets_read_only, printed_hints
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = list_assignments(REPO)
@@ -143,8 +143,9 @@ def test_solution_runs_top_to_bottom_in_full_mode(assignment, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
     for path in notebooks(folder):
         nb = nbformat.read(path, as_version=4)
-        NotebookClient(nb, timeout=600, kernel_name="python3", extra_arguments=list(KERNEL_ARGS),
-                       resources={"metadata": {"path": str(folder)}}).execute(env=env)
+        output_widgets_read_only(NotebookClient(nb, timeout=600, kernel_name="python3",
+                                                extra_arguments=list(KERNEL_ARGS),
+                                                resources={"metadata": {"path": str(folder)}})).execute(env=env)
 
 
 def test_default_class_is_the_demo_class():

@@ -16,6 +16,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 from nbclient.util import ensure_async
 from traitlets import Any, List
+from mlexp.check import output_widgets_read_only
 
 from autograder.config import KERNEL_ARGS
 from autograder.options import GradingOptions
@@ -83,6 +84,7 @@ class HarnessClient(NotebookClient):
                          iopub_timeout=OUTPUT_WAIT_S,
                          error_on_timeout={"ename": TIMEOUT_ENAME, "evalue": "",
                                            "traceback": [TIMEOUT_ENAME]}, **kw)
+        output_widgets_read_only(self)   # an Output's prints never write to the kernel (a lost reply)
         self.options = options
         self.cell_left = 0
         self.notebook_left = options.notebook_output_kb * 1024

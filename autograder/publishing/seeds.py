@@ -24,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from mlexp.check import output_widgets_read_only
 
 from mlexp.seeds import aggregate, find_seed_line, format_markdown, result_lines, set_seed
 
@@ -52,9 +53,9 @@ def run_notebook(path, seed: int | None, grading: bool = False, timeout: int = 1
         env["NBGRADER_EXECUTION"] = "validate"
     with tempfile.TemporaryDirectory(prefix="mlexp-seeds-") as tmp:
         folder = Path(shutil.copytree(path.parent, Path(tmp) / path.parent.name))
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                extra_arguments=list(KERNEL_ARGS),
-                                resources={"metadata": {"path": str(folder)}})
+        client = output_widgets_read_only(NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                                         extra_arguments=list(KERNEL_ARGS),
+                                                         resources={"metadata": {"path": str(folder)}}))
         client.execute(env=env)
     return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
                      for out in cell.get("outputs", []) if out.get("output_type") == "stream"
