@@ -379,7 +379,8 @@ def _export(args) -> int:
     the late rules the scores have and the lms_column that places them. An export that fills no
     cell prints what it matched, then exits 2 like any other export that cannot be used. One that
     held a grade back (no one decided it) or met a graded student the gradebook lacks exits 3,
-    unless --send-undecided says the instructor means it."""
+    unless --send-undecided says the instructor means it; two rows on one LMS user (NEEDS YOU)
+    are never sent, so they exit 3 whatever --send-undecided says."""
     from autograder.term.export import export_gradebook, format_export, term_for
     term = term_for(args.term, Path(args.out)) if args.term else None
     result = export_gradebook(Path(args.out), args.lms, Path(args.gradebook), Path(args.dest),
@@ -400,6 +401,12 @@ def _export(args) -> int:
         print(f"error: {' and '.join(what)}: see HELD BACK / NOT FOUND above; {args.dest} "
               "leaves those grades out. Decide them (DIR/overrides.csv, the gradebook's rows) "
               "and export again, or pass --send-undecided to send what there is",
+              file=sys.stderr)
+        return 3
+    if result.clashes:      # sent with --send-undecided all the same: never a clash
+        print(f"error: {len(result.clashes)} grade(s) land on an LMS user another row of grades.csv "
+              f"lands on too: see NEEDS YOU above; {args.dest} leaves them out whatever "
+              "--send-undecided says. Fix the submissions (the file that is not theirs) and grade again",
               file=sys.stderr)
         return 3
     return 0

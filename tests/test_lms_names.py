@@ -239,14 +239,15 @@ def graded(tmp_path: Path, scores: dict) -> Path:
 
 def test_two_rows_on_one_canvas_user_stop_export_for_that_user(tmp_path):
     """smith_2_12345 read as annsmith's id, or two spellings: neither grade reaches Ann's cell,
-    with or without --send-undecided; Amy's is filled; export exits 3 and names both rows."""
+    with or without --send-undecided; Amy's is filled; export exits 3 and names both rows, and
+    with --send-undecided says that flag sends no clash."""
     out = graded(tmp_path, {"smithann_12345": 6, "evil_12345": 0, "leeamy_9": 3})
     book = tmp_path / "Grades-ML_101.csv"
     book.write_bytes(CANVAS_BOOK.encode())
     term = tmp_path / "term.toml"
     term.write_text(f'[lessons.{ASSIGNMENT}]\nlms_column = "01 Toy (77)"\n')
     args = ["export", out, "--lms", "canvas", "--gradebook", book, "--term", term]
-    for extra, code in (([], 3), (["--send-undecided"], 0)):
+    for extra, code in (([], 3), (["--send-undecided"], 3)):
         dest = tmp_path / f"upload{len(extra)}.csv"
         run = cli(*args, "--out", dest, *extra)
         assert run.returncode == code, run.stdout + run.stderr
@@ -254,6 +255,8 @@ def test_two_rows_on_one_canvas_user_stop_export_for_that_user(tmp_path):
         assert rows[2][5] == "" and rows[3][5] == "5", rows        # Ann untouched; Amy 3/6 of 10
         needs = run.stdout.split("NEEDS YOU (2)")[1]
         assert "smithann_12345" in needs and "evil_12345" in needs and "Smith, Ann" in needs
+        if extra:
+            assert "whatever --send-undecided says" in run.stderr, run.stderr
 
 
 def test_two_rows_on_one_canvas_user_stop_push_for_that_user(tmp_path, standin, monkeypatch):
