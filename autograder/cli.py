@@ -381,35 +381,19 @@ def _export(args) -> int:
     held a grade back (no one decided it) or met a graded student the gradebook lacks exits 3,
     unless --send-undecided says the instructor means it; two rows on one LMS user (NEEDS YOU)
     are never sent, so they exit 3 whatever --send-undecided says."""
-    from autograder.term.export import export_gradebook, format_export, term_for
-    term = term_for(args.term, Path(args.out)) if args.term else None
-    result = export_gradebook(Path(args.out), args.lms, Path(args.gradebook), Path(args.dest),
-                              term=term, lesson=args.lesson,
-                              feedback=Path(args.feedback) if args.feedback else None,
-                              send_undecided=args.send_undecided)
+    from autograder.journal import folder_in_use
+    from autograder.term.export import export_gradebook, export_outcome, format_export, term_for
+    with folder_in_use(Path(args.out), "export", create=False):   # never half a grade run's results
+        term = term_for(args.term, Path(args.out)) if args.term else None
+        result = export_gradebook(Path(args.out), args.lms, Path(args.gradebook), Path(args.dest),
+                                  term=term, lesson=args.lesson,
+                                  feedback=Path(args.feedback) if args.feedback else None,
+                                  send_undecided=args.send_undecided)
     print(format_export(result))
-    if not result.filled:
-        print(f"error: no grade filled into {args.gradebook} (the lines above say what did not "
-              "match); nothing to upload", file=sys.stderr)
-        return 2
-    if result.needs_you and not args.send_undecided:
-        what = []
-        if result.held:
-            what.append(f"{len(result.held)} grade(s) held back (undecided, timed out or rejected)")
-        if result.unmatched_students:
-            what.append(f"{len(result.unmatched_students)} graded student(s) not in the gradebook")
-        print(f"error: {' and '.join(what)}: see HELD BACK / NOT FOUND above; {args.dest} "
-              "leaves those grades out. Decide them (DIR/overrides.csv, the gradebook's rows) "
-              "and export again, or pass --send-undecided to send what there is",
-              file=sys.stderr)
-        return 3
-    if result.clashes:      # sent with --send-undecided all the same: never a clash
-        print(f"error: {len(result.clashes)} grade(s) land on an LMS user another row of grades.csv "
-              f"lands on too: see NEEDS YOU above; {args.dest} leaves them out whatever "
-              "--send-undecided says. Fix the submissions (the file that is not theirs) and grade again",
-              file=sys.stderr)
-        return 3
-    return 0
+    code, error = export_outcome(result, args.gradebook, args.dest)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+    return code
 
 
 def _canvas(args) -> int:
@@ -436,12 +420,14 @@ def _canvas(args) -> int:
             print(cs.format_pull(cs.pull(session, args.course_arg, args.assignment, lesson,
                                          Path(args.out))))
             return 0
+        from autograder.journal import folder_in_use
         from autograder.term.export import recorded_term, term_for
-        term = term_for(args.term, Path(args.out)) if args.term else recorded_term(Path(args.out))
-        lesson = cs.lesson_for(args.assignment, args.lesson, term, cs.graded_lessons(Path(args.out)))
-        plan = cs.plan_push(session, Path(args.out), args.course_arg, args.assignment, lesson, term)
-        if not args.dry_run:
-            cs.push(session, plan, progress=print)
+        with folder_in_use(Path(args.out), "canvas push", create=False):   # never beside a grade run
+            term = term_for(args.term, Path(args.out)) if args.term else recorded_term(Path(args.out))
+            lesson = cs.lesson_for(args.assignment, args.lesson, term, cs.graded_lessons(Path(args.out)))
+            plan = cs.plan_push(session, Path(args.out), args.course_arg, args.assignment, lesson, term)
+            if not args.dry_run:
+                cs.push(session, plan, progress=print)
         print(cs.format_push(plan, args.dry_run))
     except CanvasCut as exc:
         print(f"error: {session.redact(exc)}", file=sys.stderr)

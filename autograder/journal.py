@@ -30,7 +30,7 @@ class FolderInUse(ValueError):
 
 @contextmanager
 def folder_in_use(out: Path, command: str, create: bool = True):
-    """Hold ``out`` for ``command`` ("grade", "report") while the block runs: a second run into
+    """Hold ``out`` for ``command`` ("grade", "report", "export", "canvas push") while the block runs: a second run into
     the same folder (another process) stops at once with FolderInUse naming the first one,
     instead of undoing its work when it finishes. Re-entrant within one process; the lock is
     the OS's (flock), so a run killed outright leaves nothing held. Without ``create`` a

@@ -6,6 +6,7 @@ The numbers expected are computed here from the rule (score / max x the column's
 """
 import csv
 import fcntl
+import importlib.util
 import re
 import subprocess
 import sys
@@ -276,8 +277,9 @@ def test_grades_csv_of_an_unfinished_run_is_the_reports(tmp_path):
     assert float(row["score"]) == want.score and row["submitted_at"] == want.submitted_at
 
 
-def test_a_second_grade_into_a_folder_in_use_stops_with_a_message(tmp_path):
-    """A folder another ``grade`` is writing into: the second stops at once (exit 2), naming it."""
+def test_a_second_grade_into_a_folder_in_use_stops_with_a_message(tmp_path, capsys):
+    """A folder another ``grade`` is writing into: a second grade, a report and an export stop at
+    once (exit 2), naming it."""
     from autograder.journal import FOLDER_LOCK
     out = tmp_path / "graded"
     out.mkdir()
@@ -290,6 +292,19 @@ def test_a_second_grade_into_a_folder_in_use_stops_with_a_message(tmp_path):
         done = subprocess.run([sys.executable, "-m", "autograder", "report", str(out)],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and "in use" in done.stderr
+        book = tmp_path / "canvas.csv"       # export would read half a run's results
+        book.write_bytes(CANVAS.encode())
+        code = main(["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--out",
+                     str(tmp_path / "x.csv")])
+        assert code == 2 and not (tmp_path / "x.csv").exists() and "in use" in capsys.readouterr().err
+        if importlib.util.find_spec("canvasapi"):     # push stops before it asks Canvas anything
+            token = tmp_path / "token"
+            token.write_text("7~tok")
+            token.chmod(0o600)
+            capsys.readouterr()
+            code = main(["canvas", "push", str(out), "3", "77", "--url", "http://127.0.0.1:9",
+                         "--token-file", str(token)])
+            assert code == 2 and "in use" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ a whole term, decided

@@ -68,7 +68,7 @@ from autograder.term.termfile import TERM_RECORD, load_term, remembered_term
 from autograder.engine.feedback import gradebook_page
 
 __all__ = ["ExportError", "Table", "read_table", "write_table", "export_gradebook",
-           "Export", "format_export", "term_for", "recorded_term", "write_feedback_zip"]
+           "Export", "format_export", "export_outcome", "term_for", "recorded_term", "write_feedback_zip"]
 
 
 # ------------------------------------------------------------------------------ grades.csv
@@ -282,6 +282,29 @@ def export_gradebook(out_dir, lms: str, gradebook, out, term=None, lesson=None,
     if feedback is not None and not result.feedback:
         result.notes.append(f"no feedback zip written to {feedback}: no page goes with a filled grade")
     return result
+
+
+def export_outcome(result: Export, gradebook, dest) -> tuple:
+    """(exit code, the error line or ""): 2 when no cell was filled; 3 when a grade was held back
+    or a graded student has no row, unless ``--send-undecided`` sent them; 3 for two rows on one
+    LMS user (NEEDS YOU) whatever that flag says, since they are never sent; else 0."""
+    if not result.filled:
+        return 2, (f"no grade filled into {gradebook} (the lines above say what did not match); "
+                   "nothing to upload")
+    if result.needs_you and not result.sent_undecided:
+        what = []
+        if result.held:
+            what.append(f"{len(result.held)} grade(s) held back (undecided, timed out or rejected)")
+        if result.unmatched_students:
+            what.append(f"{len(result.unmatched_students)} graded student(s) not in the gradebook")
+        return 3, (f"{' and '.join(what)}: see HELD BACK / NOT FOUND above; {dest} leaves those grades "
+                   "out. Decide them (DIR/overrides.csv, the gradebook's rows) and export again, or pass "
+                   "--send-undecided to send what there is")
+    if result.clashes:
+        return 3, (f"{len(result.clashes)} grade(s) land on an LMS user another row of grades.csv lands "
+                   f"on too: see NEEDS YOU above; {dest} leaves them out whatever --send-undecided says. "
+                   "Fix the submissions (the file that is not theirs) and grade again")
+    return 0, ""
 
 
 def _clash(sid: str, others: list, book, record: int) -> str:
