@@ -98,6 +98,13 @@ def parser() -> argparse.ArgumentParser:
                    help="list pairs of students who share at least this fraction of their answer "
                         "code (default 0.8)")
 
+    rv = sub.add_parser("review", help="a page in the browser for what needs a person (held, timed out, "
+                                       "rejected, stale); each decision a row of DIR/overrides.csv")
+    rv.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
+    rv.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
+    rv.add_argument("--by", default="", help="your name, filled into each decision's by column")
+    rv.add_argument("--no-browser", action="store_true", help="print the address, open no browser")
+
     e = sub.add_parser("export", help="fill in the gradebook file Canvas, Moodle or Blackboard "
                                       "downloads with a graded class's scores, to upload back")
     e.add_argument("out", metavar="DIR", help="the --out folder of an earlier `grade`")
@@ -420,14 +427,8 @@ def _canvas(args) -> int:
             print(cs.format_pull(cs.pull(session, args.course_arg, args.assignment, lesson,
                                          Path(args.out))))
             return 0
-        from autograder.journal import folder_in_use
-        from autograder.term.export import recorded_term, term_for
-        with folder_in_use(Path(args.out), "canvas push", create=False):   # never beside a grade run
-            term = term_for(args.term, Path(args.out)) if args.term else recorded_term(Path(args.out))
-            lesson = cs.lesson_for(args.assignment, args.lesson, term, cs.graded_lessons(Path(args.out)))
-            plan = cs.plan_push(session, Path(args.out), args.course_arg, args.assignment, lesson, term)
-            if not args.dry_run:
-                cs.push(session, plan, progress=print)
+        plan = cs.push_command(session, Path(args.out), args.course_arg, args.assignment, args.lesson,
+                               args.term, args.dry_run)
         print(cs.format_push(plan, args.dry_run))
     except CanvasCut as exc:
         print(f"error: {session.redact(exc)}", file=sys.stderr)
@@ -478,13 +479,19 @@ def _seeds(args) -> int:
     return run(args)
 
 
+def _review(args) -> int:
+    from autograder.reporting.review import serve
+    serve(Path(args.out), args.port, find_course_root(args.course), args.by, not args.no_browser)
+    return 0
+
+
 def main(argv=None) -> int:
     """Parse ``argv`` and run the command; errors a user can fix print one line and exit 2."""
     args = parser().parse_args(argv)
     try:
         return {"build": _build, "grade": _grade, "check": _check, "demo": _demo, "publish": _publish, "book": _book,
                 "report": _report, "export": _export, "seeds": _seeds,
-                "canvas": _canvas}[args.command](args)
+                "canvas": _canvas, "review": _review}[args.command](args)
     except (FileNotFoundError, ValueError, BuildError, SandboxUnavailable) as exc:   # NotebookError is a ValueError
         if args.command == "check":   # it may quote the notebook: no escape code reaches the terminal
             from mlexp.check import terminal_safe

@@ -41,13 +41,13 @@ from pathlib import Path
 
 from autograder import ids
 from autograder.lms.canvas_api import CanvasError, Session
-from autograder.journal import atomic_write
+from autograder.journal import atomic_write, folder_in_use
 from autograder.lms.gradebooks import points_text, trailing_number
-from autograder.term.export import _feedback_page, _final_rows
+from autograder.term.export import _feedback_page, _final_rows, recorded_term, term_for
 from autograder.engine.feedback import gradebook_page
 
 __all__ = ["MANIFEST", "PullResult", "pull", "PushPlan", "plan_push", "push", "student_id",
-           "lesson_for", "graded_lessons", "format_pull", "format_push"]
+           "lesson_for", "graded_lessons", "format_pull", "format_push", "push_command"]
 
 MANIFEST = ".canvas-pull.json"
 MARK = "autograder feedback"   # in each comment push writes: "[autograder feedback <lesson> <sha>]"
@@ -413,3 +413,16 @@ def format_push(plan: PushPlan, dry_run: bool) -> str:
     if dry_run:
         lines.append("dry run: nothing was sent to Canvas")
     return "\n".join(lines)
+
+
+def push_command(session, out: Path, course, assignment, lesson, term_file, dry_run: bool, progress=print):
+    """``canvas push``: the plan for the class graded into ``out`` (the folder held while it is
+    read and posted, as ``grade`` holds it: autograder.journal.folder_in_use), posted unless
+    ``dry_run``. ``term_file``: --term's path, else the term recorded in ``out``."""
+    with folder_in_use(out, "canvas push", create=False):
+        term = term_for(term_file, out) if term_file else recorded_term(out)
+        plan = plan_push(session, out, course, assignment, lesson_for(assignment, lesson, term,
+                                                                      graded_lessons(out)), term)
+        if not dry_run:
+            push(session, plan, progress=progress)
+    return plan

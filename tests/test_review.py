@@ -1,0 +1,157 @@
+"""The review page (autograder.reporting.review, issue 53): what needs a person, decided in the
+browser, written where export reads it.
+
+A graded folder is built as ``grade`` leaves it (tests/test_attempts.py's helpers: a release, the
+journal, class.json, one graded notebook); the page is served on a free port of the loopback and
+driven over HTTP as a browser would (its cookies, its form fields).
+"""
+import csv
+import http.cookiejar
+import json
+import re
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.cli import main
+from autograder.reporting.review import DECISIONS_LOG, decide, review_queue, serve
+from autograder.results import Result
+from autograder.term.policy import load_final_grades
+from test_attempts import LESSON, NEW, TIMEOUT, graded, overrides
+
+pytest.importorskip("tornado")
+REPO = Path(__file__).resolve().parent.parent
+REVIEW = "needs manual review: the grader's channel was touched (your In [2], exercise 'test_mul')"
+RESULTS = [Result("ann_1", LESSON, 5, exercises={"test_add": 2.0, "test_mul": 3.0}, digest="a" * 64),
+           Result("bo_2", LESSON, 4, status=REVIEW, exercises={"test_add": 2.0, "test_mul": 2.0},
+                  digest=NEW, attempt=NEW),
+           Result("cy_3", LESSON, 2, status=TIMEOUT, exercises={"test_add": 2.0, "test_mul": 0.0},
+                  digest="c" * 64),
+           Result("dee_4", LESSON, 0, status="rejected: no .ipynb file in the upload (essay.docx)",
+                  digest="d" * 64)]
+
+
+def graded_folder(tmp_path):
+    out = graded(tmp_path, [Result(**r.__dict__) for r in RESULTS])
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch", execution_count=1),
+                nbformat.v4.new_markdown_cell("## Your turn"),
+                nbformat.v4.new_code_cell("import sys\nsys.modules['_autograder_wire'] = None", execution_count=2),
+                nbformat.v4.new_code_cell("def mul(a, b):\n    return a * b", execution_count=3)]
+    folder = out / "work" / "autograded" / "bo_2" / LESSON
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{LESSON}.ipynb")
+    return out
+
+
+@pytest.fixture
+def page(tmp_path):
+    """(base url, token, the folder, an opener that keeps cookies) of a page serving a graded class."""
+    out = graded_folder(tmp_path)
+    started = {}
+    ready = threading.Event()
+
+    def on_start(url, server):
+        started.update(url=url, server=server)
+        ready.set()
+    threading.Thread(target=serve, args=(out,), kwargs=dict(by="prof", open_browser=False, started=on_start),
+                     daemon=True).start()
+    assert ready.wait(30)
+    parts = urllib.parse.urlsplit(started["url"])
+    token = urllib.parse.parse_qs(parts.query)["token"][0]
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    return f"{parts.scheme}://{parts.netloc}", token, out, opener, started["server"]
+
+
+def fetch(opener, url, data=None):
+    """(status, body) of a GET, or of a POST of ``data``; redirects are followed."""
+    try:
+        with opener.open(url, urllib.parse.urlencode(data).encode() if data else None, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_page_refuses_a_request_without_its_secret_and_listens_on_the_loopback_only(page):
+    base, token, _, opener, server = page
+    assert fetch(opener, base + "/")[0] == 403
+    assert fetch(opener, base + "/?token=" + "x" * len(token))[0] == 403
+    assert fetch(opener, base + "/item?student=bo_2&lesson=" + LESSON)[0] == 403
+    assert {s.getsockname()[0] for s in server._sockets.values()} == {"127.0.0.1"}
+    status, body = fetch(opener, f"{base}/?token={token}")
+    assert status == 200 and "To decide: 3 of 3" in body
+
+
+def test_the_queue_lists_what_export_holds_back_and_filters_it(page):
+    base, token, _, opener, _ = page
+    _, body = fetch(opener, f"{base}/?token={token}")
+    assert "bo_2" in body and "cy_3" in body and "dee_4" in body and "ann_1" not in body
+    _, body = fetch(opener, f"{base}/?kind=timed+out")             # the cookie carries the secret now
+    assert "cy_3" in body and "bo_2" not in body and "To decide: 1 of 3" in body
+
+
+def test_an_item_shows_the_cells_as_the_student_saw_them_with_the_one_named_marked(page):
+    base, token, _, opener, _ = page
+    fetch(opener, f"{base}/?token={token}")
+    status, body = fetch(opener, f"{base}/item?student=bo_2&lesson={LESSON}")
+    assert status == 200
+    marked = re.findall(r"<div class='cell named'><div class='label'>(.*?)</div>", body)
+    assert marked == ["In [2]"], marked
+    assert "sys.modules[&#x27;_autograder_wire&#x27;]" in body and "test_mul" in body
+
+
+def test_a_decision_made_on_the_page_is_a_row_export_reads(page, tmp_path):
+    base, token, out, opener, _ = page
+    fetch(opener, f"{base}/?token={token}")
+    _, body = fetch(opener, f"{base}/item?student=bo_2&lesson={LESSON}")
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', body).group(1)
+    form = {"student": "bo_2", "lesson": LESSON, "action": "keep", "comment": "a stray import", "by": "prof"}
+    assert fetch(opener, base + "/decide", form)[0] == 403, "a post without the form's XSRF field"
+    status, body = fetch(opener, base + "/decide", {**form, "_xsrf": xsrf})
+    assert status == 200 and "cy_3 · " in body, "on to the next item"
+    rows = list(csv.reader((out / "overrides.csv").open()))
+    assert rows[0][-1] == "attempt" and rows[1] == ["bo_2", LESSON, "", "keep", "a stray import", "prof", NEW]
+    [logged] = [json.loads(line) for line in (out / DECISIONS_LOG).read_text().splitlines()]
+    assert logged["by"] == "prof" and logged["attempt"] == NEW and logged["when"]
+    bad = {**form, "_xsrf": xsrf, "action": "exercise", "exercise": "test_mul", "points": "9"}
+    status, body = fetch(opener, base + "/decide", bad)
+    assert status == 400 and "between 0 and 3" in body
+    assert [i.student for i in review_queue(out)] == ["cy_3", "dee_4"]
+    grades = {g.student: g for g in load_final_grades(out)}      # what report and export read
+    assert (grades["bo_2"].review, grades["bo_2"].score, grades["cy_3"].review) == ("decided", 4.0, "undecided")
+    book, term = tmp_path / "Grades-ML_101.csv", tmp_path / "term.toml"
+    book.write_text("Student,ID,SIS User ID,SIS Login ID,Section,01 Running sum (1234)\n"
+                    "    Points Possible,,,,,10.00\n" +
+                    "".join(f"\"{r.student[:-2].title()}, A\",{r.student[-1]},,,A,\n" for r in RESULTS))
+    term.write_text(f'[lessons.{LESSON}]\nlms_column = "01 Running sum (1234)"\n')
+    code = main(["export", str(out), "--lms", "canvas", "--gradebook", str(book), "--term", str(term),
+                 "--out", str(tmp_path / "up.csv")])
+    cells = {r[1]: r[5] for r in csv.reader((tmp_path / "up.csv").open()) if r[1].isdigit()}
+    assert (code, cells) == (3, {"1": "10", "2": "8", "3": "", "4": ""}), cells   # cy, dee held back
+
+
+def test_decide_writes_an_exercise_and_a_total_beside_rows_typed_by_hand(tmp_path):
+    out = graded_folder(tmp_path)
+    overrides(out, [["ann_1", LESSON, "test_add", "1", "typed", "TA"]])       # no attempt column yet
+    decide(out, "cy_3", LESSON, "exercise", "prof", "slow but right", "test_mul", "3", root=REPO)
+    row = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}["cy_3"]
+    assert (row["score"], row["review"]) == ("5.0", "decided"), "grades.csv written again, as report does"
+    decide(out, "dee_4", LESSON, "total", "prof", "sent the notebook by mail", points="4")
+    rows = list(csv.reader((out / "overrides.csv").open()))
+    assert rows[0] == ["student_id", "assignment", "exercise", "points", "comment", "by", "attempt"]
+    assert rows[1][:6] == ["ann_1", LESSON, "test_add", "1", "typed", "TA"]
+    assert rows[2] == ["cy_3", LESSON, "test_mul", "3", "slow but right", "prof", "c" * 64]
+    assert rows[3][:4] == ["dee_4", LESSON, "", "4"]
+    assert review_queue(out) == [review_queue(out)[0]] and review_queue(out)[0].student == "bo_2"
+    for wrong in (dict(action="exercise", exercise="test_nope", points="1"), dict(action="total", points="six"),
+                  dict(action="guess")):
+        with pytest.raises(ValueError):
+            decide(out, "bo_2", LESSON, by="prof", **wrong)
+    with pytest.raises(ValueError, match="no graded submission"):
+        decide(out, "zed_9", LESSON, "keep", "prof")
+    assert main(["review", str(out / "missing"), "--no-browser"]) == 2
