@@ -14,7 +14,7 @@ the feedback pages' grade box, report.html) are written again, as ``report`` wri
 The page is served by Tornado (Jupyter's own web server) on the loopback only, and every request
 must carry the secret printed with its address (``?token=``, then a cookie), as Jupyter's own
 pages do; a decision is a POST with Tornado's XSRF check. Keyboard only: every control is a link
-or a form field (``j``/``k``: next and previous item, by access key).
+or a form field; ``j``/``k`` (outside a form field) go to the next and previous item, ``q`` to the queue.
 """
 from __future__ import annotations
 
@@ -187,9 +187,16 @@ def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
 
+# j / k / q outside a form field follow the link with that access key (next, previous, queue)
+_KEYS = ("<script>document.addEventListener('keydown',e=>{if(e.ctrlKey||e.metaKey||e.altKey||"
+         "/^(INPUT|SELECT|TEXTAREA|BUTTON)$/.test(e.target.tagName))return;"
+         "const a=document.querySelector(`a[accesskey='${e.key}']`);if(a){e.preventDefault();a.click();}});"
+         "</script>")
+
+
 def _page(title: str, body: str) -> str:
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
-            f"<style>{_STYLE}</style></head><body>{body}</body></html>")
+            f"<style>{_STYLE}</style></head><body>{body}{_KEYS}</body></html>")
 
 
 def make_app(out: Path, token: str, root=None, by: str = ""):
