@@ -183,6 +183,39 @@ def render_feedback(nb, score=1, max_score=3) -> str:
     return page
 
 
+def test_a_decided_exercise_shows_the_decision_not_the_tests_verdict():
+    """Issue 53, item 5: raised to full marks, an exercise's row no longer shows a cross and
+    "What to fix"; lowered, a passed one no longer shows a tick and "Passed."; the decision and
+    its comment stand in their place, and a decision removed puts the verdicts back."""
+    from autograder.engine.feedback import _one_score
+    from autograder.results import Result
+    from autograder.term.policy import Override, final_grades
+    nb = new_notebook(cells=[
+        _test_cell("test_add", "assert add(1, 2) == 3, 'Hint: did you subtract?'",
+                   [new_output("error", ename="AssertionError", evalue="Hint: did you subtract?",
+                               traceback=["AssertionError"])], score=0, points=2),
+        _test_cell("test_mul", "assert True", score=3, points=3)])
+    page = render_feedback(nb, score=3, max_score=5)
+    res = Result("ann", "toy", 3, 5, exercises={"test_add": 0.0, "test_mul": 3.0})
+    (row,) = final_grades([res], None, [Override("ann", "toy", "test_add", 2, "right idea <b>", "prof"),
+                                        Override("ann", "toy", "test_mul", 0, "copied", "prof")])
+
+    def shown(text):      # what a reader sees: hidden boxes and tags left out
+        import re
+        text = re.sub(r"<style.*?</style>", "", text, flags=re.S)
+        text = re.sub(r'<div class="(mlexp-hint|mlexp-ok)"[^>]* hidden>.*?</div>', "", text, flags=re.S)
+        return html.unescape(re.sub(r"<[^>]+>", " ", text))
+    decided = _one_score(page, row)
+    seen = shown(decided)
+    assert "✗" not in seen and "✓" not in seen and "What to fix" not in seen and "Passed." not in seen
+    assert seen.count("Decided by your instructor (prof)") == 3   # where a verdict was: 2 for the failed, 1 the passed
+    assert "2 points. right idea <b>" in seen and "0 points. copied" in seen
+    assert "<b>" not in decided.split("right idea")[1][:20]            # the comment escaped
+    assert _one_score(decided, row) == decided                        # the same again: no change
+    back = _one_score(decided, None)
+    assert "Decided by" not in back and shown(back).count("What to fix") == 2 and "✓" in shown(back)
+
+
 def test_feedback_names_each_exercise_and_shows_the_hint_first_escaped():
     evil = "Hint: got <script>alert(7)</script> " + "very long line " * 40
     hidden = ("# Test: the second exercise (1 point).\nassert ok\n### BEGIN HIDDEN TESTS\n"

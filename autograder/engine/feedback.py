@@ -353,14 +353,45 @@ _EXERCISE_SCORE = re.compile(r'(<(td|span) class="(?:score|mlexp-points)" data-g
                              r'data-tests="([^"]*)">)(.*?)(</\2>)')
 
 
+_MARK = re.compile(r'(<td class="mark" data-grade-id="([^"]*)" data-tests="([^"]*)">)(.*?)(</td>)')
+_DECIDED = re.compile(r'<div class="mlexp-decided" data-grade-id="[^"]*">.*?</div>', re.DOTALL)
+_VERDICT = re.compile(r'<div class="(mlexp-hint|mlexp-ok)"([^>]*?)( hidden)?>')   # attributes in any order
+_GRADE_ID = re.compile(r' data-grade-id="([^"]*)"')
+
+
+def _decided(page: str, overrides: dict) -> str:
+    """``page`` with each overridden exercise (``overrides``: {escaped grade id: Override}) saying
+    the decision where the tests' verdict was: its mark a pencil, the "What to fix" or "Passed."
+    box hidden behind a box that gives the points set and the instructor's comment, so nothing on
+    the page contradicts the grade. Undone first, so a decision removed puts the verdict back."""
+    import html
+    page = _DECIDED.sub("", page)
+    page = _VERDICT.sub(lambda m: f'<div class="{m.group(1)}"{m.group(2)}>', page)
+    page = _MARK.sub(lambda m: m.group(1) + ("✎" if m.group(2) in overrides else m.group(3)) + m.group(5), page)
+
+    def verdict(m):
+        gid = _GRADE_ID.search(m.group(2))
+        o = overrides.get(gid.group(1)) if gid else None
+        if o is None:
+            return m.group(0)
+        said = f" {html.escape(o.comment)}" if o.comment else ""
+        who = f" ({html.escape(o.by)})" if o.by else ""
+        return (f'<div class="mlexp-decided" data-grade-id="{gid.group(1)}"><strong>Decided by your instructor'
+                f'{who}</strong><p>{o.points:g} point{"s" * (o.points != 1)}.{said}</p></div>'
+                f'<div class="{m.group(1)}"{m.group(2)} hidden>')
+    return _VERDICT.sub(verdict, page)
+
+
 def _one_score(page: str, row) -> str:
     """``page`` showing one score: with ``row`` (a FinalGrade whose box the page carries), the
     notebook heading drops nbgrader's tests-only score (the box under it holds the grade) and an
-    exercise the instructor overrode shows the override's points where the tests' were; with
-    None, the tests' scores are put back. Only the template's own marked spans are touched."""
+    exercise the instructor overrode shows the override's points where the tests' were, and the
+    decision where the tests' verdict was (:func:`_decided`); with None, the tests' scores and
+    verdicts are put back. Only the template's own marked elements are touched."""
     import html
     overrides = {html.escape(o.exercise): o for o in (row.overrides if row else ()) if o.exercise}
     page = _TESTS_SCORE.sub(lambda m: m.group(1) + ("" if row else m.group(2)) + m.group(4), page)
+    page = _decided(page, overrides)
 
     def exercise(m):
         o = overrides.get(m.group(3))
