@@ -171,7 +171,8 @@ def read_timestamp(text: str) -> tuple:
 
 def write_grades_csv(path: Path, rows: list, exercise_columns: list, hints=None) -> None:
     """grades.csv: GRADE_COLUMNS, the points of each exercise column, then ``hints`` when given
-    ((student, assignment) -> mistake ids). Atomic. Every cell is spreadsheet-safe
+    ((student, assignment) -> mistake ids). A review or timeout someone decided says so in its
+    status: "decided (was needs manual review: ...)". Atomic. Every cell is spreadsheet-safe
     (ids.spreadsheet_safe): a text a spreadsheet would run as a formula starts with ``'``."""
     columns = GRADE_COLUMNS + [c for c in dict.fromkeys(exercise_columns) if c not in GRADE_COLUMNS]
     columns += ["hints"] if hints is not None else []
@@ -180,7 +181,8 @@ def write_grades_csv(path: Path, rows: list, exercise_columns: list, hints=None)
     w.writerow([ids.spreadsheet_safe(c) for c in columns])
     for r in rows:
         row = {"student_id": r.student, "assignment": r.assignment, "score": r.score,
-               "max_score": r.max_score, "status": str(r.status), "notes": "; ".join(r.notes),
+               "max_score": r.max_score, "notes": "; ".join(r.notes),
+               "status": f"decided (was {r.status})" if r.review == "decided" else str(r.status),
                "raw_score": r.raw_score, "late_penalty": r.late_penalty,
                "days_late": r.days_late, "due": r.due, "submitted_at": r.submitted_at,
                "submitted_at_source": r.submitted_at_source, "override": r.override_text,

@@ -141,6 +141,7 @@ def test_decide_writes_an_exercise_and_a_total_beside_rows_typed_by_hand(tmp_pat
     decide(out, "cy_3", LESSON, "exercise", "prof", "slow but right", "test_mul", "3", root=REPO)
     row = {r["student_id"]: r for r in csv.DictReader((out / "grades.csv").open())}["cy_3"]
     assert (row["score"], row["review"]) == ("5.0", "decided"), "grades.csv written again, as report does"
+    assert row["status"].startswith("decided (was timed out: test_mul")
     decide(out, "dee_4", LESSON, "total", "prof", "sent the notebook by mail", points="4")
     rows = list(csv.reader((out / "overrides.csv").open()))
     assert rows[0] == ["student_id", "assignment", "exercise", "points", "comment", "by", "attempt"]
