@@ -143,11 +143,12 @@ def test_decide_writes_an_exercise_and_a_total_beside_rows_typed_by_hand(tmp_pat
     assert (row["score"], row["review"]) == ("5.0", "decided"), "grades.csv written again, as report does"
     assert row["status"].startswith("decided (was timed out: test_mul")
     decide(out, "dee_4", LESSON, "total", "prof", "sent the notebook by mail", points="4")
+    decide(out, "dee_4", LESSON, "total", "prof", "the mailed notebook read again", points="4.5")   # replaces
     rows = list(csv.reader((out / "overrides.csv").open()))
     assert rows[0] == ["student_id", "assignment", "exercise", "points", "comment", "by", "attempt"]
+    assert len(rows) == 4 and rows[3][3:5] == ["4.5", "the mailed notebook read again"]
     assert rows[1][:6] == ["ann_1", LESSON, "test_add", "1", "typed", "TA"]
     assert rows[2] == ["cy_3", LESSON, "test_mul", "3", "slow but right", "prof", "c" * 64]
-    assert rows[3][:4] == ["dee_4", LESSON, "", "4"]
     assert review_queue(out) == [review_queue(out)[0]] and review_queue(out)[0].student == "bo_2"
     for wrong in (dict(action="exercise", exercise="test_nope", points="1"), dict(action="total", points="six"),
                   dict(action="guess")):

@@ -167,6 +167,9 @@ def _exercise_maxima(out: Path, lesson: str) -> dict:
 
 
 def _append_override(path: Path, row: list, attempt: str) -> None:
+    """Add ``row`` (the six columns) with ``attempt`` to overrides.csv, in place of an earlier
+    row for the same student, lesson and exercise of this attempt (or of no attempt yet): a
+    decision made again replaces the one before, as overrides.csv allows one."""
     header = list(OVERRIDE_COLUMNS) + [ATTEMPT_COLUMN]
     if not path.exists() or not path.read_text(encoding="utf-8-sig").strip():
         rows = [header]
@@ -174,7 +177,11 @@ def _append_override(path: Path, row: list, attempt: str) -> None:
         rows = list(csv.reader(path.open(encoding="utf-8-sig", newline="")))
         if rows and ATTEMPT_COLUMN not in [h.strip() for h in rows[0]]:   # an older file: add the column
             rows = [rows[0] + [ATTEMPT_COLUMN]] + [r + [""] * (len(rows[0]) + 1 - len(r)) for r in rows[1:]]
-    rows.append(row + [attempt])
+
+    def same(r):
+        cells = [c.strip() for c in r] + [""] * 7
+        return (cells[0].lstrip("'"), cells[1], cells[2]) == tuple(row[:3]) and attempt.startswith(cells[6])
+    rows = rows[:1] + [r for r in rows[1:] if not same(r)] + [row + [attempt]]
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", encoding="utf-8", newline="") as f:
         csv.writer(f).writerows(rows)
