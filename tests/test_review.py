@@ -6,6 +6,7 @@ journal, class.json, one graded notebook); the page is served on a free port of 
 driven over HTTP as a browser would (its cookies, its form fields).
 """
 import csv
+import hashlib
 import http.cookiejar
 import json
 import re
@@ -49,23 +50,28 @@ def graded_folder(tmp_path):
     return out
 
 
-@pytest.fixture
-def page(tmp_path):
-    """(base url, token, the folder, an opener that keeps cookies) of a page serving a graded class."""
-    out = graded_folder(tmp_path)
-    started = {}
-    ready = threading.Event()
+def serve_in_thread(out, by="prof") -> tuple:
+    """(the address serve printed, its server) of the review page over ``out``, in a thread."""
+    started, ready = {}, threading.Event()
 
     def on_start(url, server):
         started.update(url=url, server=server)
         ready.set()
-    threading.Thread(target=serve, args=(out,), kwargs=dict(by="prof", open_browser=False, started=on_start),
+    threading.Thread(target=serve, args=(out,), kwargs=dict(by=by, open_browser=False, started=on_start),
                      daemon=True).start()
     assert ready.wait(30)
-    parts = urllib.parse.urlsplit(started["url"])
+    return started["url"], started["server"]
+
+
+@pytest.fixture
+def page(tmp_path):
+    """(base url, token, the folder, an opener that keeps cookies) of a page serving a graded class."""
+    out = graded_folder(tmp_path)
+    url, server = serve_in_thread(out)
+    parts = urllib.parse.urlsplit(url)
     token = urllib.parse.parse_qs(parts.query)["token"][0]
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-    return f"{parts.scheme}://{parts.netloc}", token, out, opener, started["server"]
+    return f"{parts.scheme}://{parts.netloc}", token, out, opener, server
 
 
 def fetch(opener, url, data=None):
@@ -157,3 +163,62 @@ def test_decide_writes_an_exercise_and_a_total_beside_rows_typed_by_hand(tmp_pat
     with pytest.raises(ValueError, match="no graded submission"):
         decide(out, "zed_9", LESSON, "keep", "prof")
     assert main(["review", str(out / "missing"), "--no-browser"]) == 2
+
+
+# --------------------------------------------------------------------- by question, with a rubric
+
+def rubric_class(tmp_path):
+    """Five answers to test_mul: two alike (1 of 3, the insights' mistake 'off_by_one'), one
+    with another mistake, one at 0 with none recorded, one full."""
+    scored = {"eli_1": 1.0, "fay_2": 1.0, "gus_3": 1.0, "hal_4": 0.0, "ivy_5": 3.0}
+    out = graded(tmp_path, [Result(s, LESSON, 2 + p, exercises={"test_add": 2.0, "test_mul": p},
+                                   digest=hashlib.sha256(s.encode()).hexdigest()) for s, p in scored.items()])
+    mistake = {"eli_1": "off_by_one", "fay_2": "off_by_one", "gus_3": "swapped"}
+    with open(out / "insights.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "assignment", "exercise", "title", "points", "max_points", "mistake", "hint"])
+        w.writerows([s, LESSON, "test_mul", "mul", p, 3, mistake.get(s, ""), ""] for s, p in scored.items())
+    return out
+
+
+def test_a_rubric_item_decides_a_group_and_its_points_change_for_everyone_who_has_it(tmp_path):
+    from autograder.reporting.rubric import FULL, add_item, apply_item, groups, set_item_points
+    out = rubric_class(tmp_path)
+    found = groups(out, LESSON, "test_mul")
+    assert found == {"off_by_one": ["eli_1", "fay_2"], "swapped": ["gus_3"], "0 of 3 points": ["hal_4"],
+                     FULL: ["ivy_5"]}
+    item = add_item(out, LESSON, "test_mul", "2", "the product is right, one extra term")
+    assert item["id"] == "r1"
+    with pytest.raises(ValueError, match="between 0 and 3"):
+        add_item(out, LESSON, "test_mul", "4", "too many")
+    assert apply_item(out, LESSON, "test_mul", "r1", found["off_by_one"] + found["swapped"], "TA") == 3
+    decide(out, "gus_3", LESSON, "exercise", "prof", "swapped, not off by one", "test_mul", "1.5")  # its own
+    assert set_item_points(out, LESSON, "test_mul", "r1", "2.5") == 2
+    final = {g.student: g.score for g in load_final_grades(out)}
+    assert final == {"eli_1": 4.5, "fay_2": 4.5, "gus_3": 3.5, "hal_4": 2.0, "ivy_5": 5.0}
+    rows = list(csv.reader((out / "overrides.csv").open()))[1:]
+    assert {r[0]: r[4] for r in rows}["eli_1"] == "[rubric r1] the product is right, one extra term"
+
+
+def test_the_question_page_groups_answers_and_applies_rubric_items(tmp_path):
+    out = rubric_class(tmp_path)
+    url, _ = serve_in_thread(out, "TA")
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    base = url.split("/?")[0]
+    _, body = fetch(opener, url)
+    question = f"/question?lesson={LESSON}&exercise=test_mul"
+    assert question.replace("&", "&amp;") in body, "the queue links each question"
+    _, body = fetch(opener, base + question)
+    assert re.findall(r"<h3>(.*?)</h3>", body) == ["off_by_one (2)", "0 of 3 points (1)", "swapped (1)",
+                                                   "full points (1)"]
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', body).group(1)
+    key = {"_xsrf": xsrf, "lesson": LESSON, "exercise": "test_mul"}
+    status, body = fetch(opener, base + "/rubric/add", {**key, "points": "2", "comment": "one extra term"})
+    assert status == 200 and "Apply to these 2" in body
+    form = urllib.parse.urlencode({**key, "item": "r1", "by": "TA"}) + "&student=eli_1&student=fay_2"
+    with opener.open(base + "/rubric/apply", form.encode(), timeout=30) as r:
+        assert "eli_1</a> → 2 (r1)" in r.read().decode()
+    status, body = fetch(opener, base + "/rubric/points", {**key, "item": "r1", "points": "2.5"})
+    assert status == 200 and "fay_2</a> → 2.5 (r1)" in body
+    assert fetch(opener, base + "/rubric/points", {**key, "item": "r1", "points": "x"})[0] == 400
+    assert {g.student: g.score for g in load_final_grades(out)}["fay_2"] == 4.5

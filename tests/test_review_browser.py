@@ -10,13 +10,11 @@ Needs Debian's Chromium and Playwright's Python package; skips without them unle
 MLEXP_REQUIRE_BROWSER=1.
 """
 import csv
-import threading
 
 import pytest
 
-from autograder.reporting.review import serve
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, SCREENSHOTS, _require_browser
-from test_review import LESSON, NEW, graded_folder
+from test_review import LESSON, NEW, graded_folder, serve_in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -25,16 +23,12 @@ def test_an_instructor_decides_a_held_submission_with_the_keyboard(tmp_path):
     _require_browser()
     from playwright.sync_api import sync_playwright
     out = graded_folder(tmp_path)
-    started, ready = {}, threading.Event()
-    threading.Thread(target=serve, args=(out,), daemon=True,
-                     kwargs=dict(by="prof", open_browser=False,
-                                 started=lambda url, server: (started.update(url=url), ready.set()))).start()
-    assert ready.wait(30)
+    url, _ = serve_in_thread(out)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.goto(started["url"])
+            page.goto(url)
             assert page.locator("h1").inner_text() == "To decide: 3 of 3"
             for _ in range(40):                          # Tab to the first student's link
                 page.keyboard.press("Tab")

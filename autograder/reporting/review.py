@@ -18,11 +18,8 @@ or a form field; ``j``/``k`` (outside a form field) go to the next and previous 
 """
 from __future__ import annotations
 
-import csv
-import datetime
 import hmac
 import html
-import json
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -30,15 +27,13 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from autograder.ids import folder_name
-from autograder.journal import folder_in_use, load_result
+from autograder.journal import load_result, load_results
 from autograder.results import NEEDS_REVIEW, REJECTED, TIMED_OUT
-from autograder.release import lesson_maxima
-from autograder.reporting.report import write_class_outputs
-from autograder.term.policy import ATTEMPT_COLUMN, KEEP, OVERRIDE_COLUMNS, OVERRIDES_FILE, load_final_grades
+from autograder.reporting.decisions import DECISIONS_LOG, decide, exercise_maxima
+from autograder.reporting.rubric import add_item, apply_item, groups, rubric_items, set_item_points, tag_of
+from autograder.term.policy import load_final_grades
 
 __all__ = ["Item", "review_queue", "decide", "make_app", "serve", "DECISIONS_LOG"]
-
-DECISIONS_LOG = "decisions.jsonl"     # who decided what, when, for which attempt (one JSON a line)
 KINDS = {NEEDS_REVIEW: "held for review", TIMED_OUT: "timed out", REJECTED: "rejected",
          "stale": "decided for an earlier attempt"}
 _CELL_REF = re.compile(r"In \[(\d+)\]")
@@ -114,80 +109,6 @@ def student_cells(out: Path, student: str, lesson: str) -> list:
     return cells
 
 
-def decide(out: Path, student: str, lesson: str, action: str, by: str, comment: str = "",
-           exercise: str = "", points: str = "", root=None) -> dict:
-    """Write one decision on ``student``'s ``lesson``: ``action`` "keep" (the tests' score
-    stands), "exercise" (``exercise`` set to ``points``) or "total" (the lesson total set to
-    ``points``). Appends a row to overrides.csv (its header written when the file is new; the
-    attempt column added when the file has none) stamped with the attempt graded now, and a line
-    to decisions.jsonl; then writes the class outputs again when ``root`` (the course) is given.
-    Returns the decision as logged. Raises ValueError for an unknown submission, action,
-    exercise or points that are not a number within the exercise's or lesson's maximum."""
-    out = Path(out)
-    res = load_result(out, lesson, student)
-    if res is None:
-        raise ValueError(f"no graded submission of {lesson} by {student} in {out}")
-    attempt = res.get("attempt") or res.get("digest", "")
-    if action == "keep":
-        exercise, value = "", KEEP
-    elif action in ("exercise", "total"):
-        most = float(res.get("max_score") or 0)
-        if action == "exercise":
-            maxima = _exercise_maxima(out, lesson)
-            if exercise not in maxima:
-                raise ValueError(f"{lesson} has no exercise {exercise!r}")
-            most = maxima[exercise]
-        else:
-            exercise = ""
-        try:
-            number = float(points)
-        except ValueError:
-            raise ValueError(f"points must be a number, got {points!r}") from None
-        if not 0 <= number <= most:
-            raise ValueError(f"points must be between 0 and {most:g}, got {points}")
-        value = f"{number:g}"
-    else:
-        raise ValueError(f"unknown decision {action!r}: keep, exercise or total")
-    by = by.strip() or "instructor"
-    row = [student, lesson, exercise, value, comment.strip(), by]
-    when = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    with folder_in_use(out, "review"):
-        _append_override(out / OVERRIDES_FILE, row, attempt)
-        with open(out / DECISIONS_LOG, "a", encoding="utf-8") as f:
-            record = {"when": when, "by": by, "student": student, "lesson": lesson, "exercise": exercise,
-                      "points": value, "comment": comment.strip(), "attempt": attempt}
-            f.write(json.dumps(record) + "\n")
-        if root is not None:
-            write_class_outputs(Path(root), out)
-    return record
-
-
-def _exercise_maxima(out: Path, lesson: str) -> dict:
-    return lesson_maxima(out, {lesson}).get(lesson, {})
-
-
-def _append_override(path: Path, row: list, attempt: str) -> None:
-    """Add ``row`` (the six columns) with ``attempt`` to overrides.csv, in place of an earlier
-    row for the same student, lesson and exercise of this attempt (or of no attempt yet): a
-    decision made again replaces the one before, as overrides.csv allows one."""
-    header = list(OVERRIDE_COLUMNS) + [ATTEMPT_COLUMN]
-    if not path.exists() or not path.read_text(encoding="utf-8-sig").strip():
-        rows = [header]
-    else:
-        rows = list(csv.reader(path.open(encoding="utf-8-sig", newline="")))
-        if rows and ATTEMPT_COLUMN not in [h.strip() for h in rows[0]]:   # an older file: add the column
-            rows = [rows[0] + [ATTEMPT_COLUMN]] + [r + [""] * (len(rows[0]) + 1 - len(r)) for r in rows[1:]]
-
-    def same(r):
-        cells = [c.strip() for c in r] + [""] * 7
-        return (cells[0].lstrip("'"), cells[1], cells[2]) == tuple(row[:3]) and attempt.startswith(cells[6])
-    rows = rows[:1] + [r for r in rows[1:] if not same(r)] + [row + [attempt]]
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        csv.writer(f).writerows(rows)
-    tmp.replace(path)
-
-
 # ------------------------------------------------------------------------------ the page
 
 def _e(text) -> str:
@@ -221,12 +142,29 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
         def write_error(self, status_code, **kwargs):
             self.finish(_page("Refused", f"<h1>{status_code}</h1><p>{_e(self._reason)}</p>"))
 
+        def written(self, write, then: str):
+            """Run ``write`` (a decision); on to ``then``, or the reason it was refused."""
+            try:
+                write()
+            except ValueError as exc:
+                self.set_status(400)
+                self.finish(_page("Not written", f"<h1>Not written</h1><p>{_e(exc)}</p>"
+                                  "<p><a href='javascript:history.back()'>back</a></p>"))
+                return
+            self.redirect(then, status=303)
+
+        def arg(self, name):
+            return self.get_body_argument(name, "")
+
     class Queue(Base):
         def get(self):
             lesson, kind = self.get_query_argument("lesson", ""), self.get_query_argument("kind", "")
             items = review_queue(out, lesson, kind)
             every = review_queue(out)
             lessons = sorted({i.lesson for i in every})
+            graded = sorted({r["assignment"] for r in load_results(out)})
+            questions = "".join(f"<li><a href='/question?{_e(urlencode({'lesson': le, 'exercise': ex}))}'>"
+                                f"{_e(le)} · {_e(ex)}</a></li>" for le in graded for ex in exercise_maxima(out, le))
             options = lambda values, chosen, names=None: "".join(   # noqa: E731
                 f"<option value='{_e(v)}'{' selected' * (v == chosen)}>{_e((names or {}).get(v, v) or 'all')}</option>"
                 for v in [""] + values)
@@ -240,7 +178,8 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
                 f"{options(lessons, lesson)}</select></label><label>Reason <select name='kind'>"
                 f"{options(list(KINDS), kind, KINDS)}</select></label><button>Filter</button></form>"
                 "<table><tr><th>Student</th><th>Lesson</th><th>Why</th><th>Reason</th><th>Score</th></tr>"
-                f"{rows}</table>" + ("" if items else "<p>Nothing to decide.</p>"))))
+                f"{rows}</table>" + ("" if items else "<p>Nothing to decide.</p>") +
+                f"<h2>Grade by question</h2><ul>{questions}</ul>")))
 
     class ItemPage(Base):
         def get(self):
@@ -257,7 +196,7 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
                 f"<div class='label'>{_e(label)}{(' · ' + _e(error)) if error else ''}</div>"
                 f"<pre>{_e(source)}</pre></div>"
                 for label, source, test, error in student_cells(out, student, lesson))
-            maxima = _exercise_maxima(out, lesson)
+            maxima = exercise_maxima(out, lesson)
             scored = res.get("exercises", {})
             table = "".join(f"<tr><td>{_e(g)}</td><td>{scored.get(g, 0):g} / {m:g}</td></tr>"
                             for g, m in maxima.items())
@@ -292,21 +231,64 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
 
     class Decide(Base):
         def post(self):
-            args = {k: self.get_body_argument(k, "") for k in
-                    ("student", "lesson", "action", "exercise", "points", "comment", "by")}
-            try:
-                decide(out, args["student"], args["lesson"], args["action"], args["by"], args["comment"],
-                       args["exercise"], args["points"], root=root)
-            except ValueError as exc:
-                self.set_status(400)
-                self.finish(_page("Not written", f"<h1>Not written</h1><p>{_e(exc)}</p>"
-                                  "<p><a href='javascript:history.back()'>back</a></p>"))
-                return
-            rest = review_queue(out)
-            target = f"/item?{urlencode(rest[0].key)}" if rest else "/"
-            self.redirect(target, status=303)
+            a = self.arg
+            self.written(lambda: decide(out, a("student"), a("lesson"), a("action"), a("by"), a("comment"),
+                                        a("exercise"), a("points"), root=root), "/item")
 
-    return tornado.web.Application([(r"/", Queue), (r"/item", ItemPage), (r"/decide", Decide)],
+        def redirect(self, url, *args, **kwargs):      # on to the next item still to decide
+            rest = review_queue(out)
+            super().redirect(f"/item?{urlencode(rest[0].key)}" if rest else "/", *args, **kwargs)
+
+    class Question(Base):
+        def get(self):
+            lesson, exercise = self.get_query_argument("lesson"), self.get_query_argument("exercise")
+            most = exercise_maxima(out, lesson).get(exercise)
+            if most is None:
+                raise tornado.web.HTTPError(404, "no such exercise")
+            items = rubric_items(out, lesson, exercise)
+            decided = {(o.student, o.exercise): o for g in load_final_grades(out) if g.assignment == lesson
+                       for o in g.overrides}
+            xsrf, key = self.xsrf_form_html(), (f"<input type='hidden' name='lesson' value='{_e(lesson)}'>"
+                                                f"<input type='hidden' name='exercise' value='{_e(exercise)}'>")
+            choose = "".join(f"<option value='{_e(i['id'])}'>{_e(i['id'])}: {i['points']:g} · {_e(i['comment'][:60])}"
+                             "</option>" for i in items)
+            rubric = "".join(
+                f"<li><form method='post' action='/rubric/points'>{xsrf}{key}<input type='hidden' name='item' "
+                f"value='{_e(i['id'])}'><b>{_e(i['id'])}</b> {_e(i['comment'])} <label>Points <input name='points' "
+                f"size='5' value='{i['points']:g}'></label><button>Change for everyone who has it</button></form></li>"
+                for i in items)
+            shown = ""
+            for name, students in groups(out, lesson, exercise).items():
+                def now(s):
+                    o = decided.get((s, exercise))
+                    return "" if o is None else f" → {o.points:g}" + (f" ({tag_of(o.comment)})" if tag_of(o.comment) else "")
+                members = ", ".join(f"<a href='/item?{_e(urlencode({'student': s, 'lesson': lesson}))}'>{_e(s)}</a>"
+                                    f"{_e(now(s))}" for s in students)
+                apply = (f"<form method='post' action='/rubric/apply'>{xsrf}{key}" +
+                         "".join(f"<input type='hidden' name='student' value='{_e(s)}'>" for s in students) +
+                         f"<label>Rubric item <select name='item'>{choose}</select></label>"
+                         f"<label>By <input name='by' value='{_e(by)}' required></label>"
+                         f"<button>Apply to these {len(students)}</button></form>") if items else ""
+                shown += f"<h3>{_e(name)} ({len(students)})</h3><p>{members}</p>{apply}"
+            self.finish(_page(f"{lesson} · {exercise}", (
+                f"<p><a href='/' accesskey='q'>queue (q)</a></p><h1>{_e(lesson)} · {_e(exercise)} "
+                f"(out of {most:g})</h1><h2>Rubric</h2><ul>{rubric}</ul>"
+                f"<form method='post' action='/rubric/add'>{xsrf}{key}<label>Points <input name='points' size='5' "
+                "required></label><label>Comment <input name='comment' size='60' required></label>"
+                f"<button>Add an item</button></form><h2>Answers, grouped</h2>{shown}")))
+
+    class RubricEdit(Base):
+        def post(self, what):
+            a, lesson, exercise = self.arg, self.arg("lesson"), self.arg("exercise")
+            back = f"/question?{urlencode({'lesson': lesson, 'exercise': exercise})}"
+            write = {"add": lambda: add_item(out, lesson, exercise, a("points"), a("comment")),
+                     "points": lambda: set_item_points(out, lesson, exercise, a("item"), a("points"), root=root),
+                     "apply": lambda: apply_item(out, lesson, exercise, a("item"),
+                                                 self.get_body_arguments("student"), a("by"), root=root)}[what]
+            self.written(write, back)
+
+    return tornado.web.Application([(r"/", Queue), (r"/item", ItemPage), (r"/decide", Decide),
+                                    (r"/question", Question), (r"/rubric/(add|points|apply)", RubricEdit)],
                                    xsrf_cookies=True, cookie_secret=secrets.token_hex(16))
 
 
