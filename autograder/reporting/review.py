@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from autograder.ids import folder_name
-from autograder.journal import load_result, load_results
+from autograder.journal import load_result, read_manifest
 from autograder.results import NEEDS_REVIEW, REJECTED, TIMED_OUT
 from autograder.reporting.decisions import DECISIONS_LOG, decide, exercise_maxima
 from autograder.reporting.rubric import add_item, apply_item, groups, rubric_items, set_item_points, tag_of
@@ -159,10 +159,10 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
     class Queue(Base):
         def get(self):
             lesson, kind = self.get_query_argument("lesson", ""), self.get_query_argument("kind", "")
-            items = review_queue(out, lesson, kind)
-            every = review_queue(out)
+            every = review_queue(out)              # the journal read once a page
+            items = [i for i in every if (not lesson or i.lesson == lesson) and (not kind or i.kind == kind)]
             lessons = sorted({i.lesson for i in every})
-            graded = sorted({r["assignment"] for r in load_results(out)})
+            graded = sorted(read_manifest(out)[1])
             questions = "".join(f"<li><a href='/question?{_e(urlencode({'lesson': le, 'exercise': ex}))}'>"
                                 f"{_e(le)} · {_e(ex)}</a></li>" for le in graded for ex in exercise_maxima(out, le))
             options = lambda values, chosen, names=None: "".join(   # noqa: E731
