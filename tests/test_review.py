@@ -198,6 +198,9 @@ def test_a_rubric_item_decides_a_group_and_its_points_change_for_everyone_who_ha
     assert final == {"eli_1": 4.5, "fay_2": 4.5, "gus_3": 3.5, "hal_4": 2.0, "ivy_5": 5.0}
     rows = list(csv.reader((out / "overrides.csv").open()))[1:]
     assert {r[0]: r[4] for r in rows}["eli_1"] == "[rubric r1] the product is right, one extra term"
+    from autograder.engine.feedback import grade_box
+    box = grade_box(next(g for g in load_final_grades(out) if g.student == "eli_1"))
+    assert "set to 2.5 points: the product is right, one extra term<" in box and "[rubric" not in box
 
 
 def test_the_question_page_groups_answers_and_applies_rubric_items(tmp_path):

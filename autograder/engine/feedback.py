@@ -305,6 +305,14 @@ _GRADE_BOX = re.compile(re.escape(GRADE_BOX_START) + ".*?" + re.escape(GRADE_BOX
 # beyond a div, a list and text, so a page stays as safe as the template made it.
 
 
+_RUBRIC_TAG = re.compile(r"^\[rubric r\d+\] ")   # autograder.reporting.rubric's tag: the grader's, not the student's
+
+
+def _said(comment: str) -> str:
+    """An instructor's comment as the student reads it (a rubric item's tag left out)."""
+    return _RUBRIC_TAG.sub("", comment or "")
+
+
 def grade_box(row, titles=None) -> str:
     """The HTML box a feedback page shows above its exercises: the lesson's final score, the
     tests' score, the late penalty and the instructor's overrides (with their comments), all
@@ -316,7 +324,7 @@ def grade_box(row, titles=None) -> str:
     items = [f"<li class='raw'>Tests: {row.machine_score:g} of {row.max_score:g} points</li>"]
     for o in row.overrides:
         if getattr(o, "keep", False):   # a decision of its own: the tests' score stands
-            said = f": {e(o.comment)}" if o.comment else ""
+            said = f": {e(_said(o.comment))}" if _said(o.comment) else ""
             who = f" ({e(o.by)})" if o.by else ""
             items.append(f"<li class='override kept'>Reviewed by your instructor{who}, who "
                          f"kept the tests' score{said}</li>")
@@ -325,7 +333,7 @@ def grade_box(row, titles=None) -> str:
         name = f"&ldquo;{e(title)}&rdquo;" if title and title != o.exercise else \
             f"<code>{e(o.exercise)}</code>"
         what = f"exercise {name} set to" if o.exercise else "lesson total set to"
-        said = f": {e(o.comment)}" if o.comment else ""
+        said = f": {e(_said(o.comment))}" if _said(o.comment) else ""
         who = f" ({e(o.by)})" if o.by else ""
         items.append(f"<li class='override'>Changed by your instructor{who}: {what} "
                      f"{o.points:g} point{'s' * (o.points != 1)}{said}</li>")
@@ -374,7 +382,7 @@ def _decided(page: str, overrides: dict) -> str:
         o = overrides.get(gid.group(1)) if gid else None
         if o is None:
             return m.group(0)
-        said = f" {html.escape(o.comment)}" if o.comment else ""
+        said = f" {html.escape(_said(o.comment))}" if _said(o.comment) else ""
         who = f" ({html.escape(o.by)})" if o.by else ""
         return (f'<div class="mlexp-decided" data-grade-id="{gid.group(1)}"><strong>Decided by your instructor'
                 f'{who}</strong><p>{o.points:g} point{"s" * (o.points != 1)}.{said}</p></div>'
