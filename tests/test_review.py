@@ -20,6 +20,7 @@ import nbformat
 import pytest
 
 from autograder.cli import main
+from autograder.journal import write_manifest
 from autograder.reporting.review import DECISIONS_LOG, decide, review_queue, serve
 from autograder.results import Result
 from autograder.term.policy import load_final_grades
@@ -43,8 +44,13 @@ def graded_folder(tmp_path):
     nb.cells = [nbformat.v4.new_code_cell("import torch", execution_count=1),
                 nbformat.v4.new_markdown_cell("## Your turn"),
                 nbformat.v4.new_code_cell("import sys\nsys.modules['_autograder_wire'] = None", execution_count=2),
-                nbformat.v4.new_code_cell("def mul(a, b):\n    return a * b", execution_count=3)]
-    folder = out / "work" / "autograded" / "bo_2" / LESSON
+                nbformat.v4.new_code_cell("def mul(a, b):\n    return a * b", execution_count=3),
+                nbformat.v4.new_markdown_cell("A decay gate forgets <i>old</i> tokens.",
+                                              metadata={"nbgrader": {"grade": True, "solution": True,
+                                                                     "grade_id": "say_why", "points": 1}})]
+    write_manifest(out, [(r.student, LESSON, f"s{n:04d}") for n, r in enumerate(RESULTS)],   # grade's own
+                   {LESSON: ["test_add", "test_mul"]})                                       # folder names
+    folder = out / "work" / "autograded" / "s0001" / LESSON
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / f"{LESSON}.ipynb")
     return out
@@ -109,6 +115,7 @@ def test_an_item_shows_the_cells_as_the_student_saw_them_with_the_one_named_mark
     marked = re.findall(r"<div class='cell named'><div class='label'>(.*?)</div>", body)
     assert marked == ["In [2]"], marked
     assert "sys.modules[&#x27;_autograder_wire&#x27;]" in body and "test_mul" in body
+    assert "written answer say_why" in body and "forgets &lt;i&gt;old&lt;/i&gt; tokens" in body
 
 
 def test_a_decision_made_on_the_page_is_a_row_export_reads(page, tmp_path):

@@ -87,20 +87,24 @@ def review_queue(out: Path, lesson: str = "", kind: str = "") -> list:
 
 
 def student_cells(out: Path, student: str, lesson: str) -> list:
-    """[(label, source, is_test, error)] of the graded notebook's code cells: ``In [n]`` as the
-    student saw it (the harness's execution count, else the place among code cells), the test's
-    grade id for a test cell, and the error the cell ended with ("" when none)."""
+    """[(label, source, is_test, error)] of the graded notebook's code cells and written answers:
+    ``In [n]`` as the student saw it (the harness's execution count, else the place among code
+    cells), ``test <grade id>`` for a test cell, ``written answer <grade id>`` for a manually
+    graded text cell, and the error the cell ended with ("" when none)."""
     import nbformat
-    folder = Path(out) / "work" / "autograded" / folder_name(student) / lesson
+    folder = next((internal for s, a, internal in read_manifest(out)[0] if (s, a) == (student, lesson)),
+                  folder_name(student))       # the folder grade wrote it under (class.json)
     cells = []
-    for path in sorted(folder.glob("*.ipynb"))[:1]:
+    for path in sorted((Path(out) / "work" / "autograded" / folder / lesson).glob("*.ipynb"))[:1]:
         nb = nbformat.read(path, as_version=4)
         n = 0
         for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
             if cell.cell_type != "code":
+                if meta.get("grade") and meta.get("solution"):
+                    cells.append((f"written answer {meta.get('grade_id', '')}", cell.source, False, ""))
                 continue
             n += 1
-            meta = cell.metadata.get("nbgrader", {})
             is_test = bool(meta.get("grade")) and not meta.get("solution")
             label = f"test {meta.get('grade_id', '')}" if is_test else f"In [{cell.get('execution_count') or n}]"
             error = next((f"{o.get('ename', '')}: {o.get('evalue', '')}" for o in cell.get("outputs", [])
