@@ -402,8 +402,9 @@ def test_a_term_grades_to_the_rule_and_report_updates_without_a_kernel(term_clas
     fay_page = (out / "feedback" / "fay_override" / ASSIGNMENT / NOTEBOOK.replace(".ipynb", ".html")).read_text()
     assert re.search(r'class="mlexp-tests-score" data-tests="\(Score: [^"]*"></span></h4>', fay_page), \
         "one score: the box's, not nbgrader's tests-only one in the heading"
-    mul = re.findall(r'data-grade-id="test_mul" data-tests="[^"]*">([^<]*)<', fay_page)
+    mul = re.findall(r'class="(?:score|mlexp-points)" data-grade-id="test_mul" data-tests="[^"]*">([^<]*)<', fay_page)
     assert mul == ["2 / 3.0 (set by your instructor)"] * 2, mul     # the summary row and the test's panel
+    assert re.findall(r'class="mark" data-grade-id="test_mul" data-tests="[^"]*">([^<]*)<', fay_page) == ["✎"]
     eve_page = (out / "feedback" / "eve_review" / ASSIGNMENT / NOTEBOOK.replace(".ipynb", ".html")).read_text()
     assert "answers checked by hand" in eve_page and "lesson total set to 5 points" in eve_page
     report = (out / "report.html").read_text()
