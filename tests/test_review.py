@@ -232,3 +232,15 @@ def test_the_question_page_groups_answers_and_applies_rubric_items(tmp_path):
     assert status == 200 and "fay_2</a> → 2.5 (r1)" in body
     assert fetch(opener, base + "/rubric/points", {**key, "item": "r1", "points": "x"})[0] == 400
     assert {g.student: g.score for g in load_final_grades(out)}["fay_2"] == 4.5
+
+
+def test_a_decision_for_an_earlier_attempt_is_an_item_again(tmp_path):
+    """ann handed in again after a decision: the old row is stale, the queue lists it, and a new
+    decision for the attempt graded now takes it off."""
+    out = graded_folder(tmp_path)
+    header = ("student_id", "assignment", "exercise", "points", "comment", "by", "attempt")
+    overrides(out, [["ann_1", LESSON, "", "4", "regrade request", "prof", "f" * 12]], header)
+    [stale] = review_queue(out, kind="stale")
+    assert (stale.student, stale.kind) == ("ann_1", "stale") and "lesson total set to 4 points" in stale.reason
+    decide(out, "ann_1", LESSON, "keep", "prof", "the new attempt is right")
+    assert review_queue(out, kind="stale") == []

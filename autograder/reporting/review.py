@@ -74,7 +74,7 @@ def review_queue(out: Path, lesson: str = "", kind: str = "") -> list:
             found = what
         elif what == REJECTED and not g.overrides:
             found = REJECTED
-        elif g.stale:
+        elif g.stale and not g.overrides:     # decided again for this attempt: done
             found = "stale"
         else:
             continue
