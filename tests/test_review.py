@@ -22,6 +22,7 @@ import pytest
 from autograder.cli import main
 from autograder.journal import write_manifest
 from autograder.reporting.review import DECISIONS_LOG, decide, review_queue, serve
+from autograder.reporting.insights import INSIGHT_COLUMNS
 from autograder.results import Result
 from autograder.term.policy import load_final_grades
 from test_attempts import LESSON, NEW, TIMEOUT, graded, overrides
@@ -181,9 +182,9 @@ def rubric_class(tmp_path):
     out = graded(tmp_path, [Result(s, LESSON, 2 + p, exercises={"test_add": 2.0, "test_mul": p},
                                    digest=hashlib.sha256(s.encode()).hexdigest()) for s, p in scored.items()])
     mistake = {"eli_1": "off_by_one", "fay_2": "off_by_one", "gus_3": "swapped"}
-    with open(out / "insights.csv", "w", newline="") as f:
+    with open(out / "insights.csv", "w", newline="") as f:      # as report writes it
         w = csv.writer(f)
-        w.writerow(["student", "assignment", "exercise", "title", "points", "max_points", "mistake", "hint"])
+        w.writerow(INSIGHT_COLUMNS)
         w.writerows([s, LESSON, "test_mul", "mul", p, 3, mistake.get(s, ""), ""] for s, p in scored.items())
     return out
 
@@ -244,3 +245,7 @@ def test_a_decision_for_an_earlier_attempt_is_an_item_again(tmp_path):
     assert (stale.student, stale.kind) == ("ann_1", "stale") and "lesson total set to 4 points" in stale.reason
     decide(out, "ann_1", LESSON, "keep", "prof", "the new attempt is right")
     assert review_queue(out, kind="stale") == []
+    [ann] = [g for g in load_final_grades(out) if g.student == "ann_1"]
+    assert "decide again" not in " ".join(ann.notes) and "line 3 decides this one" in " ".join(ann.notes)
+    from autograder.engine.feedback import grade_box
+    assert "earlier attempt" not in grade_box(ann) and "kept the tests' score" in grade_box(ann)

@@ -341,7 +341,7 @@ def grade_box(row, titles=None) -> str:
         items.append(f"<li class='late'>Late work: {e(row.late_note)}</li>")
     # an unknown submission time ("Canvas marked it _LATE_ ...: no late penalty applied") is the
     # instructor's to read in the report, not the student's: Canvas's own late policy may apply
-    for o in getattr(row, "stale", ()):
+    for o in () if row.overrides else getattr(row, "stale", ()):   # decided again: the new decision says it
         what = f"exercise {e(o.exercise)} set to {o.points:g}" if o.exercise and not o.keep \
             else "the tests' score kept" if o.keep else f"lesson total set to {o.points:g}"
         items.append(f"<li class='stale'>Your instructor's decision on an earlier attempt "

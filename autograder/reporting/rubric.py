@@ -89,7 +89,7 @@ def groups(out: Path, lesson: str, exercise: str) -> dict:
     if path.exists():
         for row in csv.DictReader(path.open(encoding="utf-8", newline="")):
             if (row["assignment"], row["exercise"]) == (lesson, exercise) and row["mistake"]:
-                mistakes[row["student"].lstrip("'")] = row["mistake"]
+                mistakes[row["student_id"].lstrip("'")] = row["mistake"]
     most = _maximum(out, lesson, exercise)
     found = {}
     for res in load_results(Path(out)):

@@ -290,10 +290,12 @@ def final_grades(results, term: Term = None, overrides=(), lesson_max: dict = No
         if total:
             raw = total[-1].points
         notes = list(res.notes)
+        now = (f"line {', '.join(str(o.line) for o in decided)} decide{'s' * (len(decided) == 1)} this one"
+               if decided else "decide again")
         for o in stale:
             notes.append(f"overrides.csv line {o.line} ({o.what}) decided an earlier attempt "
                          f"({o.attempt[:12]}), not this one ({attempt[:12] or 'unknown'}): not "
-                         "applied; decide again")
+                         f"applied; {now}")
         due = term.due(res.student, res.assignment)
         when = _aware(res.submitted_at, zone)
         source = res.submitted_at_source
