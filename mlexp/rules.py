@@ -417,7 +417,7 @@ def summed_work(fn, make_args, *, lengths, limit, grows: str, over: str, forbid=
     return result
 
 
-def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, reference, repeats: int = 3):
+def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, reference, repeats: int = 5):
     """Fail with the rule's hint when the CPU time ``fn`` takes grows more than ``at_most`` times from
     the first of ``lengths`` to the second: the sign of work that grows faster than the exercise
     allows, however it is spelled (a T x T product computed in pieces, a state rebuilt from every
@@ -425,41 +425,54 @@ def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, referen
     function that gives the right result for them (each measured call must return it, to
     rounding); ``too_fast``: what such growth means in the exercise's terms, for the hint.
 
-    The time is the CPU time the operating system gave the process that ran the call (the median
-    of ``repeats`` calls at each length), never the wall clock, so a busy machine does not change
-    the verdict. For a grader's proxy of a student function (``_measured_call``) the grader reads
-    it from outside the student's kernel, from the operating system's count for the kernel's
-    processes; elsewhere (the student's own notebook) it is this process's ``time.process_time()``.
-    Before each call every floating-point tensor argument is scaled by a fresh random factor in
+    The time is the CPU time the operating system gave the process that ran the call, never the
+    wall clock, so a busy machine does not change the verdict. For a grader's proxy of a student
+    function (``_measured_call``) the grader reads it from outside the student's kernel, from the
+    operating system's count for the kernel's processes; elsewhere (the student's own notebook) it
+    is this process's ``time.process_time()``, on one torch thread. Each length is called
+    ``repeats`` times, the lengths in turn (short, long, short, ...), and each keeps its least
+    time: what else the machine does (a neighbour on the same core, a page fault, a collection) can
+    only add CPU time to a call, and in turns a slow spell falls on both lengths alike. Before
+    each call every floating-point tensor argument is scaled by a fresh random factor in
     [0.5, 1), so no result can be prepared for inputs known in advance. A call under a
     millisecond counts as one millisecond."""
     import random
     import torch
-    medians = []
-    for T in lengths:
-        seconds = []
-        for _ in range(repeats):
+    times = {T: [] for T in lengths}
+    for _ in range(repeats):
+        for T in lengths:
             factor = random.SystemRandom().uniform(0.5, 1.0)
             args = [a * factor if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make_args(T)]
             expected = reference(*args)
-            remote = getattr(fn, "_measured_call", None)
-            if callable(remote):
-                seconds.append(remote(args, {}, expected))
-                continue
-            start = time.process_time()
-            got = fn(*args)
-            seconds.append(time.process_time() - start)
-            if not (isinstance(got, torch.Tensor) and got.shape == expected.shape
-                    and float((got - expected).abs().max()) <= 1e-3 * float(expected.abs().max()) + 1e-6):
-                raise AssertionError(f"Hint: while the test measured its work at T = {T}, {_name(fn)} returned "
-                                     "other values than the reference: it must give the right output at every "
-                                     "length, the long ones too.")
-        medians.append(max(sorted(seconds)[len(seconds) // 2], 0.001))
-    growth = medians[-1] / medians[0]
+            times[T].append(_cpu_seconds(fn, args, expected, T))
+    least = [max(min(times[T]), 0.001) for T in lengths]
+    growth = least[-1] / least[0]
     if growth > at_most:
         raise AssertionError(f"Hint: {RULE_HINT} with work that grows the way it asks: from T = {lengths[0]} to "
                              f"T = {lengths[-1]} (x{lengths[-1] / lengths[0]:g}) {_name(fn)}'s CPU time grew "
                              f"x{growth:.0f}, more than the x{at_most:g} this form allows. {too_fast}")
+
+
+def _cpu_seconds(fn, args, expected, T) -> float:
+    """The CPU seconds of one call ``fn(*args)`` (:func:`work_grows`), which must return ``expected``."""
+    import torch
+    remote = getattr(fn, "_measured_call", None)
+    if callable(remote):
+        return remote(args, {}, expected)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)     # idle worker threads spin: their time is not the function's work
+    try:
+        start = time.process_time()
+        got = fn(*args)
+        used = time.process_time() - start
+    finally:
+        torch.set_num_threads(threads)
+    if not (isinstance(got, torch.Tensor) and got.shape == expected.shape
+            and float((got - expected).abs().max()) <= 1e-3 * float(expected.abs().max()) + 1e-6):
+        raise AssertionError(f"Hint: while the test measured its work at T = {T}, {_name(fn)} returned "
+                             "other values than the reference: it must give the right output at every "
+                             "length, the long ones too.")
+    return used
 
 
 def digest(value, salt: str, rounds: int = 100_000) -> str:

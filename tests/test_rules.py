@@ -384,3 +384,41 @@ def test_in_time_hands_its_limit_to_a_graders_proxy():
     rules.in_time(Proxy(), *inputs(8), seconds=7, too_slow="Pieces.", forbid=("mlexp.ops",))
     seconds, hint = seen["limit"]
     assert seconds == 7 and hint.startswith("Hint: ") and "within 7 s of CPU time. Pieces." in hint
+
+
+# work_grows: a slow spell of the machine (a neighbour on the same core, which makes the same work take
+# more CPU time) falls on both lengths alike, and each length keeps its least time. The spell here lasts
+# three calls in a row: measured as three short calls and then three long ones (medians), it made a
+# linear function's long calls x5 and its growth x20 (the honest answer failed in CI that way).
+def _burn(seconds):
+    import time
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def _spelled(per_token, spell=range(3, 6), slow=5.0):
+    calls = []
+
+    def fn(x):
+        T = x.shape[-1]
+        _burn(per_token(T) * (slow if len(calls) in spell else 1.0))
+        calls.append(T)
+        return x * 2
+    return fn, calls
+
+
+@pytest.mark.parametrize("spell", [range(3, 6), range(0, 3), range(6, 9)])
+def test_work_grows_keeps_a_linear_answer_through_a_slow_spell(spell):
+    fn, calls = _spelled(lambda T: 2e-6 * T, spell)
+    rules.work_grows(fn, lambda T: (torch.ones(T),), lengths=(1000, 4000), at_most=8, too_fast="quadratic",
+                     reference=lambda x: x * 2)
+    assert calls[:4] == [1000, 4000, 1000, 4000], "the lengths are measured in turns"
+
+
+@pytest.mark.parametrize("spell", [range(3, 6), range(0, 10, 2)])
+def test_work_grows_fails_a_quadratic_answer_through_a_slow_spell(spell):
+    fn, _ = _spelled(lambda T: 2e-6 * T * T / 1000, spell, slow=1.5)
+    with pytest.raises(AssertionError, match="quadratic"):
+        rules.work_grows(fn, lambda T: (torch.ones(T),), lengths=(1000, 4000), at_most=8, too_fast="quadratic",
+                         reference=lambda x: x * 2)
