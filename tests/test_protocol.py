@@ -121,3 +121,39 @@ def test_a_function_that_exits_is_answered_with_its_error():
     assert reply.error["types"][:2] == ["SystemExit", "BaseException"]
     exc = reply.raised()
     assert type(exc) is RuntimeError and str(exc) == "SystemExit: 3"
+
+
+def test_a_large_request_reaches_the_kernel_as_a_file(tmp_path, monkeypatch):
+    """A request above BIG_REQUEST (a call on a long sequence's tensors) is written to the folder the
+    harness shares with the kernel and the request cell names the file: a kernel takes about 1.3 s
+    to read a cell of 8 MB of text. The file is gone once the request is answered; a small request
+    still travels in the cell."""
+    import sys
+    import types
+
+    from autograder.engine import calls
+    from autograder.engine.kernel.kernel_server import KernelServer
+    server = KernelServer(namespace=lambda: {"big": "x" * (2 * calls.BIG_REQUEST), "small": 2})
+    cells = []
+
+    class Client:   # runs the request cell here, as the kernel would
+        def run_request(self, code, timeout):
+            cells.append(code)
+            replies = []
+            server.publish = replies.append
+            exec(code, {})
+            return replies, False, ""
+    module = types.ModuleType("fake_kernel_side")
+    module.kernel_request, module.kernel_request_file = server.kernel_request, server.kernel_request_file
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    link = calls.KernelLink(Client())
+    link.module, link.measure_dir = module.__name__, (tmp_path, str(tmp_path))
+    server.refs.append(lambda s: s.upper())
+    from autograder.engine.kernel.wire import decode, encode
+    long_arg = KernelRequest.call(0, encode(("y" * (2 * calls.BIG_REQUEST),)), encode({}), False)
+    reply = link.request(long_arg, "the call")
+    assert len(cells[-1]) < 500 and "kernel_request_file" in cells[-1]
+    assert reply.error is None and decode(reply.value) == "Y" * (2 * calls.BIG_REQUEST)
+    assert list(tmp_path.iterdir()) == [], "the request's file is removed once answered"
+    link.request(KernelRequest.lookup("small"), "a lookup")
+    assert "kernel_request(" in cells[-1] and "kernel_request_file" not in cells[-1]
