@@ -249,3 +249,32 @@ def test_a_decision_for_an_earlier_attempt_is_an_item_again(tmp_path):
     assert "decide again" not in " ".join(ann.notes) and "line 3 decides this one" in " ".join(ann.notes)
     from autograder.engine.feedback import grade_box
     assert "earlier attempt" not in grade_box(ann) and "kept the tests' score" in grade_box(ann)
+
+
+def test_a_similar_pair_is_an_item_until_a_person_looks_and_again_once_an_answer_changes(page):
+    """The report's similar pairs (similar.json) wait in the queue; a decision on the page is a line of
+    decisions.jsonl for those two answers, never a grade; a changed answer brings the pair back."""
+    from autograder.reporting.similarity import Pair, load_pairs, save_pairs
+    base, token, out, opener, _ = page
+    code_a, code_b = "def mul(a, b):\n    return sum(a for _ in range(b))\n", "def mul(x, y):\n    return sum(x for _ in range(y))\n"
+    pair = Pair(LESSON, "ann_1", "cy_3", 0.9, 0.85, code_a, code_b, [(15, 48)], [(15, 48)])   # the shared run
+    save_pairs(out, {LESSON: [pair]})
+    assert load_pairs(out) == [pair]
+    fetch(opener, f"{base}/?token={token}")
+    _, body = fetch(opener, f"{base}/?kind=similar")
+    assert "To decide: 1 of 4" in body and "ann_1 &amp; cy_3" in body
+    status, body = fetch(opener, f"{base}/pair?{urllib.parse.urlencode({'lesson': LESSON, 'student': 'ann_1', 'other': 'cy_3'})}")
+    assert status == 200 and "<mark>    return sum(a for _ in range(b</mark>" in body
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', body).group(1)
+    before = (out / "grades.csv").read_text() if (out / "grades.csv").exists() else None
+    form = {"lesson": LESSON, "student": "ann_1", "other": "cy_3", "answers": pair.digest, "by": "prof",
+            "comment": "same study group, told me", "_xsrf": xsrf}
+    assert fetch(opener, base + "/pair", {**form, "verdict": "guilty"})[0] == 400
+    status, body = fetch(opener, base + "/pair", {**form, "verdict": "no concern"})
+    assert status == 200 and "ann_1 &amp; cy_3" not in body
+    [logged] = [json.loads(line) for line in (out / DECISIONS_LOG).read_text().splitlines()]
+    assert (logged["pair"], logged["verdict"], logged["by"]) == (["ann_1", "cy_3"], "no concern", "prof")
+    assert [i.kind for i in review_queue(out)].count("similar") == 0
+    assert ((out / "grades.csv").read_text() if (out / "grades.csv").exists() else None) == before
+    save_pairs(out, {LESSON: [Pair(**{**pair.__dict__, "code_b": code_b + "# mine\n"})]})
+    assert [i.other for i in review_queue(out) if i.kind == "similar"] == ["cy_3"]

@@ -16,7 +16,7 @@ from autograder.release import lesson_maxima
 from autograder.reporting.report import write_class_outputs
 from autograder.term.policy import ATTEMPT_COLUMN, KEEP, OVERRIDE_COLUMNS, OVERRIDES_FILE
 
-__all__ = ["DECISIONS_LOG", "decide", "exercise_maxima"]
+__all__ = ["DECISIONS_LOG", "decide", "decide_pair", "pair_decisions", "exercise_maxima", "PAIR_VERDICTS"]
 
 DECISIONS_LOG = "decisions.jsonl"     # who decided what, when, for which attempt (one JSON a line)
 
@@ -67,6 +67,44 @@ def decide(out: Path, student: str, lesson: str, action: str, by: str, comment: 
         if root is not None:
             write_class_outputs(Path(root), out)
     return record
+
+
+PAIR_VERDICTS = {"no concern": "looked at: no concern", "refer": "referred for an academic integrity review"}
+
+
+def decide_pair(out: Path, lesson: str, a: str, b: str, verdict: str, by: str, note: str = "",
+                digest: str = "") -> dict:
+    """Record a person's look at a pair of similar answers (autograder.reporting.similarity):
+    ``verdict`` a key of PAIR_VERDICTS, for the answers whose mark is ``digest`` (Pair.digest),
+    so the pair comes back when either answer changes. Writes only decisions.jsonl: a pair is
+    never a grade. Raises ValueError for an unknown verdict."""
+    if verdict not in PAIR_VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}: {' or '.join(PAIR_VERDICTS)}")
+    by = by.strip() or "instructor"
+    record = {"when": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "by": by,
+              "pair": sorted([a, b]), "lesson": lesson, "verdict": verdict, "comment": note.strip(),
+              "answers": digest}
+    with folder_in_use(Path(out), "review"):
+        with open(Path(out) / DECISIONS_LOG, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+    return record
+
+
+def pair_decisions(out: Path) -> dict:
+    """{(lesson, a, b, answers' mark): the last decision on that pair} from decisions.jsonl."""
+    found = {}
+    try:
+        lines = (Path(out) / DECISIONS_LOG).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and isinstance(d.get("pair"), list) and len(d["pair"]) == 2:
+            found[(d.get("lesson"), *sorted(map(str, d["pair"])), d.get("answers", ""))] = d
+    return found
 
 
 def exercise_maxima(out: Path, lesson: str) -> dict:

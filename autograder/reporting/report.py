@@ -32,7 +32,8 @@ from autograder.journal import atomic_write
 from autograder.mistakes import NO_MATCH, NOT_GRADED
 from autograder.results import GRADED, NEEDS_REVIEW, REJECTED, TIMED_OUT, Status
 from autograder.term.policy import class_grades, final_grades
-from autograder.reporting.similarity import MIN_SHARED, THRESHOLD, available, similar_pairs
+from autograder.reporting.similarity import MIN_SHARED, THRESHOLD, available, save_pairs, similar_pairs
+from autograder.reporting.similarity import marked_html as _marked
 from autograder.config import list_assignments
 from autograder.engine.feedback import write_grade_boxes
 from autograder.term.termfile import remember_term, remembered_term
@@ -100,6 +101,7 @@ def write_class_outputs(root: Path, out: Path, threshold: float = THRESHOLD, ter
             pairs[a] = similar_pairs(a, answers, [lesson.skeleton, lesson.reference], threshold)
     else:
         note = "copydetect is not installed (pip install copydetect, or the grade extra)."
+    save_pairs(out, pairs)
     write_insights_csv(out / "insights.csv", data)
     csvs = write_lesson_csvs(out, data, grades)
     titles = {a: {ex.grade_id: ex.title for ex in lesson.exercises}
@@ -266,15 +268,6 @@ def _statuses(results: list, grades: dict = None) -> str:
                        f"<td class='note'>{_e(_STATUS_ADVICE[kind])}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
-
-
-def _marked(code: str, spans: list) -> str:
-    """``code`` escaped, with the shared character ranges in <mark>."""
-    parts, at = [], 0
-    for start, end in spans:
-        parts += [_e(code[at:start]), "<mark>", _e(code[start:end]), "</mark>"]
-        at = end
-    return "".join(parts) + _e(code[at:])
 
 
 def _similar(a: str, pairs, threshold: float, note: str) -> str:

@@ -4,7 +4,8 @@ read it (issue 53).
 
 The queue holds what export and push hold back or cannot settle alone: submissions held for
 manual review, timed-out ones, rejected work, and decisions written for an earlier attempt
-(stale). Each item shows the reason, the tests' points per exercise, and the student's code cells
+(stale); and the pairs of similar answers of the last report (``similar.json``) until a person
+has looked at them (a pair's decision is a line of ``decisions.jsonl``, never a grade). Each item shows the reason, the tests' points per exercise, and the student's code cells
 numbered as the student saw them (``In [n]``, the harness's count), the cells a reason names
 highlighted. A decision (keep the tests' score, set an exercise's points, set the lesson total)
 is a row of ``DIR/overrides.csv`` in its usual format, stamped with the attempt it decides and
@@ -29,20 +30,24 @@ from urllib.parse import urlencode
 from autograder.ids import folder_name
 from autograder.journal import load_result, read_manifest
 from autograder.results import NEEDS_REVIEW, REJECTED, TIMED_OUT
-from autograder.reporting.decisions import DECISIONS_LOG, decide, exercise_maxima
+from autograder.reporting.decisions import (DECISIONS_LOG, PAIR_VERDICTS, decide, decide_pair, exercise_maxima,
+                                            pair_decisions)
+from autograder.reporting.similarity import load_pairs
+from autograder.reporting.similarity import marked_html as _marked
 from autograder.reporting.rubric import add_item, apply_item, groups, rubric_items, set_item_points, tag_of
 from autograder.term.policy import load_final_grades
 
 __all__ = ["Item", "review_queue", "decide", "make_app", "serve", "DECISIONS_LOG"]
 KINDS = {NEEDS_REVIEW: "held for review", TIMED_OUT: "timed out", REJECTED: "rejected",
-         "stale": "decided for an earlier attempt"}
+         "stale": "decided for an earlier attempt", "similar": "similar answers"}
 _CELL_REF = re.compile(r"In \[(\d+)\]")
 _STYLE = ("body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:70em;padding:0 1em}"
           "table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}"
           "pre{background:#f6f6f6;padding:.6em;overflow-x:auto;margin:0}.cell{margin:.6em 0}"
           ".named pre{outline:3px solid #e0a800;background:#fff8e1}.label{color:#555;font:13px monospace}"
           ".reason{background:#fdecea;padding:.5em}.kind{font-weight:600}a:focus,input:focus,select:focus,"
-          "button:focus{outline:3px solid #1a73e8}form{margin:.8em 0}label{margin-right:1em}")
+          "button:focus{outline:3px solid #1a73e8}form{margin:.8em 0}label{margin-right:1em}"
+          ".pair{display:grid;grid-template-columns:1fr 1fr;gap:1em}mark{background:#ffe08a}")
 
 
 @dataclass
@@ -57,18 +62,28 @@ class Item:
     max_score: float
     exercises: dict = field(default_factory=dict)    # grade_id -> points (decisions applied)
     notes: list = field(default_factory=list)
+    other: str = ""           # a similar pair's second student
 
     @property
     def key(self) -> dict:
-        return {"student": self.student, "lesson": self.lesson}
+        return {"student": self.student, "lesson": self.lesson, **({"other": self.other} if self.other else {})}
+
+    @property
+    def who(self) -> str:
+        return f"{self.student} & {self.other}" if self.other else self.student
+
+    @property
+    def url(self) -> str:
+        return f"/{'pair' if self.other else 'item'}?{urlencode(self.key)}"
 
 
 def review_queue(out: Path, lesson: str = "", kind: str = "") -> list:
     """The items of the class graded into ``out`` that need a person, in student order,
     optionally only ``lesson``'s or only one ``kind`` (a key of KINDS). Reads the journal and
-    overrides.csv as ``report`` does; starts no kernel."""
-    items = []
-    for g in load_final_grades(Path(out)):
+    overrides.csv as ``report`` does, and the similar pairs of the last report (similar.json) that
+    no decision in decisions.jsonl covers for these answers; starts no kernel."""
+    items, grades = [], load_final_grades(Path(out))
+    for g in grades:
         what = g.status.kind
         if what in (NEEDS_REVIEW, TIMED_OUT) and g.review == "undecided":
             found = what
@@ -82,6 +97,14 @@ def review_queue(out: Path, lesson: str = "", kind: str = "") -> list:
             f"{o.what} (attempt {o.attempt[:12]})" for o in g.stale)
         items.append(Item(g.student, g.assignment, found, reason, g.attempt, g.score, g.max_score,
                           dict(g.exercises), list(g.notes)))
+    decided, rows = pair_decisions(out), {(g.student, g.assignment): g for g in grades}
+    for p in load_pairs(out):
+        if (p.assignment, *sorted([p.a, p.b]), p.digest) in decided:
+            continue
+        g = rows.get((p.a, p.assignment))
+        items.append(Item(p.a, p.assignment, "similar", f"{p.a} and {p.b} share {p.score:.0%} of the answer code "
+                          "each wrote (the skeleton's and the solution's code left out): worth a look, not a verdict",
+                          g.attempt if g else "", g.score if g else 0.0, g.max_score if g else 0.0, other=p.b))
     return [i for i in sorted(items, key=lambda i: (i.lesson, i.student))
             if (not lesson or i.lesson == lesson) and (not kind or i.kind == kind)]
 
@@ -173,7 +196,7 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
                 f"<option value='{_e(v)}'{' selected' * (v == chosen)}>{_e((names or {}).get(v, v) or 'all')}</option>"
                 for v in [""] + values)
             rows = "".join(
-                f"<tr><td><a href='/item?{_e(urlencode(i.key))}'>{_e(i.student)}</a></td><td>{_e(i.lesson)}</td>"
+                f"<tr><td><a href='{_e(i.url)}'>{_e(i.who)}</a></td><td>{_e(i.lesson)}</td>"
                 f"<td class='kind'>{_e(KINDS[i.kind])}</td><td>{_e(i.reason[:160])}</td>"
                 f"<td>{i.score:g} / {i.max_score:g}</td></tr>" for i in items)
             self.finish(_page("Review", (
@@ -208,7 +231,7 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
             if here is not None:
                 for key, step, word in (("j", 1, "next"), ("k", -1, "previous")):
                     other = items[(here + step) % len(items)]
-                    nav += f"<a accesskey='{key}' href='/item?{_e(urlencode(other.key))}'>{word} ({key})</a> "
+                    nav += f"<a accesskey='{key}' href='{_e(other.url)}'>{word} ({key})</a> "
             xsrf = self.xsrf_form_html()
             hidden = f"{xsrf}<input type='hidden' name='student' value='{_e(student)}'>" \
                      f"<input type='hidden' name='lesson' value='{_e(lesson)}'>"
@@ -241,7 +264,46 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
 
         def redirect(self, url, *args, **kwargs):      # on to the next item still to decide
             rest = review_queue(out)
-            super().redirect(f"/item?{urlencode(rest[0].key)}" if rest else "/", *args, **kwargs)
+            super().redirect(rest[0].url if rest else "/", *args, **kwargs)
+
+    class PairPage(Base):
+        def get(self):
+            lesson, a, b = (self.get_query_argument(n) for n in ("lesson", "student", "other"))
+            pair = next((p for p in load_pairs(out) if p.assignment == lesson and {p.a, p.b} == {a, b}), None)
+            if pair is None:
+                raise tornado.web.HTTPError(404, "no such pair in the last report")
+            items = review_queue(out)
+            here = next((n for n, i in enumerate(items) if (i.lesson, i.student, i.other) == (lesson, a, b)), None)
+            nav = "".join(f"<a accesskey='{k}' href='{_e(items[(here + step) % len(items)].url)}'>{w} ({k})</a> "
+                          for k, step, w in (("j", 1, "next"), ("k", -1, "previous"))) if here is not None else ""
+            last = pair_decisions(out).get((lesson, *sorted([a, b]), pair.digest))
+            state = (f"<p>Decided by {_e(last['by'])}: {_e(PAIR_VERDICTS.get(last['verdict'], last['verdict']))}"
+                     f"{(' (' + _e(last['comment']) + ')') if last.get('comment') else ''}</p>" if last else
+                     f"<p class='reason'><span class='kind'>{_e(KINDS['similar'])}</span>: "
+                     f"{_e(items[here].reason if here is not None else '')}</p>")
+            side = "".join(f"<div><h2>{_e(who)} ({share:.0%} shared)</h2><pre>{_marked(code, spans)}</pre></div>"
+                           for who, share, code, spans in ((pair.a, pair.score_a, pair.code_a, pair.shared_a),
+                                                           (pair.b, pair.score_b, pair.code_b, pair.shared_b)))
+            verdicts = "".join(f"<label><input type='radio' name='verdict' value='{_e(v)}' required> {_e(t)}</label>"
+                               for v, t in PAIR_VERDICTS.items())
+            form = (f"<form method='post' action='/pair'>{self.xsrf_form_html()}" + "".join(
+                f"<input type='hidden' name='{n}' value='{_e(v)}'>" for n, v in
+                (("lesson", lesson), ("student", a), ("other", b), ("answers", pair.digest))) +
+                f"{verdicts}<label>Note <input name='comment' size='40'></label>"
+                f"<label>By <input name='by' value='{_e(by)}' required></label><button>Record</button></form>")
+            self.finish(_page(f"{a} & {b} · {lesson}", (
+                f"<p><a href='/' accesskey='q'>queue (q)</a> {nav}</p><h1>{_e(a)} &amp; {_e(b)} · {_e(lesson)}</h1>"
+                f"{state}{form}<p>Marked: the code the two answers share. A pair is never a grade; a decision "
+                f"here changes no score.</p><div class='pair'>{side}</div>")))
+
+        def post(self):
+            a = self.arg
+            self.written(lambda: decide_pair(out, a("lesson"), a("student"), a("other"), a("verdict"), a("by"),
+                                             a("comment"), a("answers")), "/")
+
+        def redirect(self, url, *args, **kwargs):
+            rest = review_queue(out)
+            super().redirect(rest[0].url if rest else "/", *args, **kwargs)
 
     class Question(Base):
         def get(self):
@@ -291,7 +353,7 @@ def make_app(out: Path, token: str, root=None, by: str = ""):
                                                  self.get_body_arguments("student"), a("by"), root=root)}[what]
             self.written(write, back)
 
-    return tornado.web.Application([(r"/", Queue), (r"/item", ItemPage), (r"/decide", Decide),
+    return tornado.web.Application([(r"/", Queue), (r"/item", ItemPage), (r"/decide", Decide), (r"/pair", PairPage),
                                     (r"/question", Question), (r"/rubric/(add|points|apply)", RubricEdit)],
                                    xsrf_cookies=True, cookie_secret=secrets.token_hex(16))
 

@@ -15,11 +15,20 @@ A high score says two answers share long runs of code, nothing more: short exerc
 one obvious correct solution make honest answers alike. The report presents pairs as worth a
 look, never as a verdict.
 """
+import hashlib
+import html
 import io
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from itertools import combinations
+from pathlib import Path
 
-__all__ = ["Pair", "similar_pairs", "THRESHOLD", "MIN_SHARED", "available"]
+from autograder.journal import atomic_write
+
+__all__ = ["Pair", "similar_pairs", "THRESHOLD", "MIN_SHARED", "available", "SIMILAR_FILE", "save_pairs",
+           "load_pairs", "marked_html"]
+
+SIMILAR_FILE = "similar.json"   # the pairs of the last report, for the review page
 
 THRESHOLD = 0.8     # both answers share at least this fraction of their (non-skeleton) code
 MIN_SHARED = 60     # ... and at least this many characters of tokenised code (not one-liners)
@@ -44,6 +53,36 @@ class Pair:
     @property
     def score(self) -> float:
         return min(self.score_a, self.score_b)
+
+    @property
+    def digest(self) -> str:
+        """A mark of both answers as compared: a decision on the pair holds until either changes."""
+        return hashlib.sha256(json.dumps([self.code_a, self.code_b]).encode()).hexdigest()[:16]
+
+
+def save_pairs(out: Path, pairs: dict) -> None:
+    """Write {assignment: [Pair]} to ``out/similar.json`` (the review page's queue reads it)."""
+    atomic_write(Path(out) / SIMILAR_FILE, json.dumps(
+        [asdict(p) for a in sorted(pairs) for p in pairs[a]], indent=1))
+
+
+def marked_html(code: str, spans: list) -> str:
+    """``code`` escaped for HTML, with the shared character ranges ``spans`` ([(start, end)], sorted) in <mark>."""
+    parts, at = [], 0
+    for start, end in spans:
+        parts += [html.escape(code[at:start]), "<mark>", html.escape(code[start:end]), "</mark>"]
+        at = end
+    return "".join(parts) + html.escape(code[at:])
+
+
+def load_pairs(out: Path) -> list:
+    """The pairs :func:`save_pairs` wrote into ``out`` ([] when none were)."""
+    try:
+        data = json.loads((Path(out) / SIMILAR_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [Pair(**{**d, "shared_a": [tuple(r) for r in d["shared_a"]],
+                    "shared_b": [tuple(r) for r in d["shared_b"]]}) for d in data]
 
 
 def available() -> bool:
