@@ -35,3 +35,27 @@ def test_the_tree_time_is_the_process_own_count_ended_threads_included():
         proc.wait(10)
     assert abs(first - own) < 3_000_000, (first, own)     # to 3 ms, not to a 10 ms clock tick
     assert abs(second - first) < 3_000_000, (first, second)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_tree_is_the_same_read_from_the_children_lists_as_from_a_pass_over_proc(monkeypatch):
+    """children() reads each thread's list of the processes it started (a few files, not all of
+    /proc, at each of the hundreds of readings a graded notebook takes); a child started from a
+    thread other than the main one and a grandchild are found as the full scan finds them."""
+    from autograder.engine import cputime
+    tree = ("import subprocess, sys, threading, time\n"
+            "threading.Thread(target=lambda: subprocess.Popen(['sleep', '5'])).start()\n"
+            "subprocess.Popen(['sh', '-c', '(sleep 5; true) & wait'])\n"
+            "time.sleep(5)\n")
+    proc, listed = subprocess.Popen([sys.executable, "-c", tree]), []
+    try:
+        time.sleep(0.5)
+        if not cputime._CHILDREN_FILES:
+            pytest.skip("this kernel keeps no children lists")
+        listed = sorted(cputime.children(proc.pid))
+        monkeypatch.setattr(cputime, "_CHILDREN_FILES", False)
+        assert listed == sorted(cputime.children(proc.pid)) and len(listed) == 5, listed
+    finally:
+        for pid in listed[1:][::-1]:
+            subprocess.run(["kill", str(pid)], capture_output=True)
+        proc.kill()

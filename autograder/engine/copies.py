@@ -32,13 +32,18 @@ def _flat(statements) -> list:
     for stmt in statements:
         if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
             continue
-        head = copy.deepcopy(stmt)
-        blocks = []
-        for name in BODIES:
+        blocks, detached = [], {}
+        for name in BODIES:         # the blocks are flattened below: copy the header alone
             inner = getattr(stmt, name, None)
             if isinstance(inner, list):
                 blocks.append(inner)
-                setattr(head, name, [])
+                detached[name] = inner
+                setattr(stmt, name, [])
+        try:
+            head = copy.deepcopy(stmt)
+        finally:
+            for name, inner in detached.items():
+                setattr(stmt, name, inner)
         for node in ast.walk(head):
             if isinstance(node, ast.Name):
                 node.id = "_"
