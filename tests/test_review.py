@@ -278,3 +278,19 @@ def test_a_similar_pair_is_an_item_until_a_person_looks_and_again_once_an_answer
     assert ((out / "grades.csv").read_text() if (out / "grades.csv").exists() else None) == before
     save_pairs(out, {LESSON: [Pair(**{**pair.__dict__, "code_b": code_b + "# mine\n"})]})
     assert [i.other for i in review_queue(out) if i.kind == "similar"] == ["cy_3"]
+
+
+def test_a_submission_with_no_time_against_a_due_date_waits_until_decided(tmp_path):
+    """A due date applies but the submission's time is unknown (no penalty was applied, silently
+    until now): the queue lists it with that note; a decision for the attempt settles it."""
+    from autograder.term.termfile import load_term, remember_term
+    out = graded_folder(tmp_path)
+    path = tmp_path / "term.toml"
+    path.write_text(f'[lessons.{LESSON}]\ndue = "2026-10-01T23:59:00+00:00"\n')
+    remember_term(out, load_term(path))
+    timed = [i for i in review_queue(out) if i.kind == "time"]
+    assert [i.student for i in timed] == ["ann_1"], "the others wait for their own reason first"
+    assert timed[0].reason.startswith("submission time unknown") and "no late penalty" in timed[0].reason
+    decide(out, "ann_1", LESSON, "total", "prof", "handed in on paper two days late", points="4")
+    assert [i.kind for i in review_queue(out)].count("time") == 0
+    assert {g.student: g.score for g in load_final_grades(out)}["ann_1"] == 4.0

@@ -4,7 +4,8 @@ read it (issue 53).
 
 The queue holds what export and push hold back or cannot settle alone: submissions held for
 manual review, timed-out ones, rejected work, and decisions written for an earlier attempt
-(stale); and the pairs of similar answers of the last report (``similar.json``) until a person
+(stale), submissions whose time is unknown where a due date applies (no penalty was applied:
+keep the score, or set the total the penalty leaves); and the pairs of similar answers of the last report (``similar.json``) until a person
 has looked at them (a pair's decision is a line of ``decisions.jsonl``, never a grade). Each item shows the reason, the tests' points per exercise, and the student's code cells
 numbered as the student saw them (``In [n]``, the harness's count), the cells a reason names
 highlighted. A decision (keep the tests' score, set an exercise's points, set the lesson total)
@@ -39,7 +40,8 @@ from autograder.term.policy import load_final_grades
 
 __all__ = ["Item", "review_queue", "decide", "make_app", "serve", "DECISIONS_LOG"]
 KINDS = {NEEDS_REVIEW: "held for review", TIMED_OUT: "timed out", REJECTED: "rejected",
-         "stale": "decided for an earlier attempt", "similar": "similar answers"}
+         "stale": "decided for an earlier attempt", "similar": "similar answers",
+         "time": "no submission time"}
 _CELL_REF = re.compile(r"In \[(\d+)\]")
 _STYLE = ("body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:70em;padding:0 1em}"
           "table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}"
@@ -91,10 +93,12 @@ def review_queue(out: Path, lesson: str = "", kind: str = "") -> list:
             found = REJECTED
         elif g.stale and not g.overrides:     # decided again for this attempt: done
             found = "stale"
+        elif g.late_note.startswith("submission time unknown") and not g.overrides:
+            found = "time"        # a due date, but no time to hold it against: no penalty applied
         else:
             continue
-        reason = g.status.reason or str(g.status) if found != "stale" else "; ".join(
-            f"{o.what} (attempt {o.attempt[:12]})" for o in g.stale)
+        reason = {"stale": lambda: "; ".join(f"{o.what} (attempt {o.attempt[:12]})" for o in g.stale),
+                  "time": lambda: g.late_note}.get(found, lambda: g.status.reason or str(g.status))()
         items.append(Item(g.student, g.assignment, found, reason, g.attempt, g.score, g.max_score,
                           dict(g.exercises), list(g.notes)))
     decided, rows = pair_decisions(out), {(g.student, g.assignment): g for g in grades}
