@@ -433,16 +433,18 @@ def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, referen
     ``repeats`` times, the lengths in turn (short, long, short, ...), and each keeps its least
     time: what else the machine does (a neighbour on the same core, a page fault, a collection) can
     only add CPU time to a call, and in turns a slow spell falls on both lengths alike. Before
-    each call every floating-point tensor argument is scaled by a fresh random factor in
-    [0.5, 1), so no result can be prepared for inputs known in advance. A call under a
-    millisecond counts as one millisecond."""
+    each call every element of every floating-point tensor argument is multiplied by a fresh
+    random number in [0.5, 1) (signs and ranges kept), so no result can be prepared for inputs
+    known in advance, nor rescaled from an earlier call's. A call under a millisecond counts as
+    one millisecond."""
     import random
     import torch
     times = {T: [] for T in lengths}
     for _ in range(repeats):
         for T in lengths:
-            factor = random.SystemRandom().uniform(0.5, 1.0)
-            args = [a * factor if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make_args(T)]
+            gen = torch.Generator().manual_seed(random.SystemRandom().randrange(2 ** 63))
+            args = [a * (0.5 + 0.5 * torch.rand(a.shape, generator=gen, dtype=a.dtype))
+                    if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make_args(T)]
             expected = reference(*args)
             times[T].append(_cpu_seconds(fn, args, expected, T))
     least = [max(min(times[T]), 0.001) for T in lengths]

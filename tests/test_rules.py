@@ -422,3 +422,24 @@ def test_work_grows_fails_a_quadratic_answer_through_a_slow_spell(spell):
     with pytest.raises(AssertionError, match="quadratic"):
         rules.work_grows(fn, lambda T: (torch.ones(T),), lengths=(1000, 4000), at_most=8, too_fast="quadratic",
                          reference=lambda x: x * 2)
+
+
+def test_work_grows_gives_no_result_that_an_earlier_call_could_be_rescaled_to():
+    """Each call's inputs are the test's inputs times fresh random numbers element by element: a
+    function that keeps its first result at each length and rescales it when the next inputs are a
+    multiple of the first (a whole tensor times one factor would be) finds no multiple, so does
+    its real work at every call and still fails."""
+    kept = {}
+
+    def rescaling(x):
+        T = x.shape[-1]
+        if T in kept:
+            ratio = x / kept[T][0]
+            if torch.allclose(ratio, ratio[0]):
+                return kept[T][1] * ratio[0]
+        _burn(2e-6 * T * T / 1000)
+        kept[T] = (x.clone(), x * 2)
+        return x * 2
+    with pytest.raises(AssertionError, match="quadratic"):
+        rules.work_grows(rescaling, lambda T: (torch.linspace(1, 2, T),), lengths=(1000, 4000), at_most=8,
+                         too_fast="quadratic", reference=lambda x: x * 2)
