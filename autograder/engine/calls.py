@@ -4,9 +4,10 @@ the kernel (:class:`KernelLink`), proxies of student functions, and the namespac
 import builtins
 import dataclasses
 import secrets
+import time
 from pathlib import Path
 
-from autograder.engine.cputime import tree_cpu_ns
+from autograder.engine.cputime import ignores_children, tree_cpu_ns
 from autograder.engine.kernel import kernel_server
 from autograder.engine.kernel import measure
 from autograder.engine.kernel import wire
@@ -152,6 +153,7 @@ class KernelLink:
         self.touched = []        # evidence that code of the notebook answered a request itself
         self.module = KERNEL_MODULE   # the name of the kernel side's copy the requests go to
         self.cpu_root = None     # the pid of the kernel's launcher, for measured_call
+        self.cpu_group = None    # the kernel's CpuGroup, where it has one: read instead of cpu_root's tree
         self.measure_dir = None  # (this side's folder, the kernel's view of it), for measured_call
 
     def request(self, req: KernelRequest, what: str, limit=None) -> KernelReply:
@@ -220,7 +222,9 @@ class KernelLink:
         (:func:`autograder.engine.kernel.measure.checksum`, under weights from a seed drawn
         here), so the time is the function's work. The result must be ``expected`` (the test's
         reference result for these arguments) to rounding, or the call fails with a hint: what
-        is measured is the same computation as what is graded."""
+        is measured is the same computation as what is graded. The time returned leaves out the
+        kernel's checksum, which this side times as it computes the same one (on one thread), so
+        that it compares with a reference timed in this process."""
         import torch
         if self.cpu_root is None or self.measure_dir is None:
             raise RuntimeError("the grader cannot measure this kernel's CPU time")
@@ -240,24 +244,38 @@ class KernelLink:
                                     f"notebook ({exc}); this is a fault of the test") from None
         seed = secrets.randbelow(2**31)
         req = KernelRequest.measure(fn._ref, items, encode(dict(kwargs)), seed)
+        clock = self.cpu_group.ns if self.cpu_group is not None else lambda: tree_cpu_ns(self.cpu_root)
         try:
-            before = tree_cpu_ns(self.cpu_root)
+            before = clock()
             reply = self.request(req, f"the measured call of {fn.__name__}")
-            used = (tree_cpu_ns(self.cpu_root) - before) / 1e9
+            used = (clock() - before) / 1e9
+            hidden = [] if self.cpu_group is not None else ignores_children(self.cpu_root)
         finally:
             for f in Path(here).iterdir():
                 f.unlink()
         if reply.error is not None:
             raise reply.raised()
+        if hidden or used <= 0:   # the process tree's count missed work (CpuGroup's docstring)
+            raise AssertionError(f"Hint: the test could not count the CPU time of {fn.__name__}'s measured call: "
+                                 + ("a process of your kernel ignores SIGCHLD, so the work of a child process "
+                                    "that ends is counted nowhere" if hidden else "a process ended during the call "
+                                    "and its time left the count") + ". Compute the result in the function itself.")
         got = self._decode(reply.value, f"the measured call of {fn.__name__}")
-        want = measure.checksum(expected, seed)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:    # the kernel's own part of the call, timed here as the kernel ran it: taken off
+            start = time.process_time()
+            want = measure.checksum(expected, seed)
+            checking = time.process_time() - start
+        finally:
+            torch.set_num_threads(threads)
         scale = measure.checksum(expected.abs(), seed) if isinstance(expected, torch.Tensor) else 0.0
         if not isinstance(got, float) or not abs(got - want) <= 1e-3 * scale + 1e-6:
             shape = tuple(args[0].shape) if args and isinstance(args[0], torch.Tensor) else ()
             raise AssertionError(f"Hint: while the test measured its work at inputs of shape {shape}, "
                                  f"{fn.__name__} returned other values than the reference: it must give the "
                                  "right output at every length, the long ones too.")
-        return used
+        return max(used - checking, 0.0)
 
     def install(self, module: str = KERNEL_MODULE) -> None:
         """Put the kernel side (:mod:`autograder.engine.kernel.wire`'s codec and :mod:`autograder.engine.kernel.kernel_server`)

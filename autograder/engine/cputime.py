@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["tree_cpu_ns", "children"]
+__all__ = ["tree_cpu_ns", "children", "CpuGroup", "ignores_children"]
 
 _TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 10_000_000
 
@@ -109,6 +109,107 @@ def tree_cpu_ns(root: int) -> int:
             own = _clock_ns(pid)
             total += (max(_threads_ns(pid), got[1]) if own is None else own) + got[2]
     return total
+
+
+def ignores_children(root: int) -> list:
+    """The processes under ``root`` that ignore SIGCHLD: Linux reaps their children itself and adds
+    none of the children's CPU time to theirs, so :func:`tree_cpu_ns` misses the work of a child
+    that ended (a kernel that forks its work to a child after ``signal(SIGCHLD, SIG_IGN)``)."""
+    found = []
+    for pid in children(root):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("SigIgn:") and int(line.split()[1], 16) >> 16 & 1:   # signal 17 (SIGCHLD)
+                found.append(pid)
+    return found
+
+
+class CpuGroup:
+    """A control group of its own for one kernel, whose CPU count takes in every process that ever
+    ran in it: the ones that ended, the ones whose parent ignored SIGCHLD and the ones that left
+    the kernel's process tree (a double fork) alike, which no reading of a process tree can. The
+    jail joins it before it drops root (``limits["cgroup"]``, :mod:`autograder.engine.jail.jail`)
+    and a process inside the sandbox can neither see nor leave it (no /sys there, no root).
+
+    Made under this process's own group (so a CPU quota set on the grading run still holds the
+    kernel): cgroup v1's ``cpuacct`` (``cpuacct.usage``, nanoseconds) or cgroup v2's ``cpu.stat``
+    (``usage_usec``). :meth:`create` returns None where neither can be made (not root, nothing
+    delegated); the caller then reads :func:`tree_cpu_ns`."""
+
+    def __init__(self, path: Path, v1: bool):
+        self.path, self.v1 = Path(path), v1
+
+    @classmethod
+    def create(cls):
+        import secrets
+        try:
+            own = Path("/proc/self/cgroup").read_text().splitlines()
+            mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        except OSError:
+            return None
+        for line in mounts:
+            left, _, right = line.partition(" - ")
+            fields, kind = left.split(), right.split()
+            if len(fields) < 5 or len(kind) < 3:
+                continue
+            v1 = kind[0] == "cgroup" and "cpuacct" in kind[2].split(",")
+            if not (v1 or kind[0] == "cgroup2"):
+                continue
+            mine = [g.split(":", 2)[2] for g in own if g.count(":") >= 2 and
+                    (("cpuacct" in g.split(":")[1].split(",")) if v1 else g.startswith("0::"))]
+            if not mine:
+                continue
+            rel = os.path.relpath(mine[0], fields[3])      # this process's group, from the mount's root
+            path = Path(fields[4], "" if rel == "." else rel, f"autograder-{secrets.token_hex(6)}")
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            group = cls(path, v1)
+            try:
+                group.ns()
+                return group
+            except (OSError, ValueError):
+                group.close()
+        return None
+
+    def ns(self) -> int:
+        """Nanoseconds of CPU every process that has run in the group used so far."""
+        if self.v1:
+            return int((self.path / "cpuacct.usage").read_text())
+        stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines() if line.strip())
+        return int(stat["usage_usec"]) * 1000
+
+    def holds(self, pid: int) -> bool:
+        try:
+            return str(pid) in (self.path / "cgroup.procs").read_text().split()
+        except OSError:
+            return False
+
+    def close(self, wait: float = 5.0) -> None:
+        """Stop what is left in the group (the kernel's processes, once the kernel is shut down: its
+        launcher may outlive the shutdown by seconds) and remove it."""
+        import signal
+        import time
+        end = time.monotonic() + wait
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > end:
+                    return
+            try:
+                for pid in (self.path / "cgroup.procs").read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
 
 
 WALL_CEILING = 10     # a limit's wall-clock ceiling, as a multiple of it: only against hangs

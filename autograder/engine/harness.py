@@ -45,7 +45,7 @@ from autograder.engine.protocol import Job, KernelRequest, Report  # noqa: E402
 from autograder.engine.testcell import run_test  # noqa: E402
 from autograder.engine.kernel.wire import WIRE_MIME  # noqa: E402
 from autograder.engine.jail.ipcfs import confine
-from autograder.engine.cputime import Budget
+from autograder.engine.cputime import Budget, CpuGroup
 from autograder.engine.room import Room, ruled_names
 
 __all__ = ["run_notebook", "is_test_cell", "run_test", "KernelLink", "StudentFunction",
@@ -140,13 +140,14 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
     km.kernel_spec.interrupt_mode = "message"
     # The jail's own environment (the kernel's is cleared by bubblewrap): nothing of the grader's.
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL")}
+    group = CpuGroup.create() if sandbox else None   # the kernel's CPU count (KernelLink.measured_call)
     if sandbox:
         if uid is not None:
             os.chown(ipc, uid, uid)
         km.owner_uid = uid
         km.jail_prefix = jail.sandbox_command(ipc_dir=ipc, job_dir=job_dir, data_files=data_files,
                                               options=options, course_root=course_root, uid=uid,
-                                              mode=mode)
+                                              mode=mode, cgroup=group.path if group else None)
         cwd = job_dir
     else:
         env = {**os.environ, "NBGRADER_EXECUTION": mode, "MPLBACKEND": jail.INLINE_BACKEND,
@@ -166,6 +167,7 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
         with client.setup_kernel(env=env, cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), \
                 (room or contextlib.nullcontext()):
             link.cpu_root = client.cpu_root = km.provisioner.pid
+            link.cpu_group = group if group is not None and group.holds(km.provisioner.pid) else None
             link.measure_dir = (measure, f"{jail.SANDBOX_HOME}/{measure.name}" if sandbox else measure)
             link.install()
             link.request(KernelRequest.snapshot(_watch_list(nb)), "the kernel's snapshot")
@@ -231,6 +233,8 @@ def run_notebook(nb, *, options: GradingOptions, job_dir: Path, data_files=(), c
         report.kernel = f"the kernel stopped answering ({exc})"
     except Exception as exc:   # the kernel never started, a broken channel: report it
         report.kernel = f"{type(exc).__name__}: {exc}"[:300]
+    if group is not None:    # the kernel has stopped
+        group.close()
     for cell in nb.cells:    # a test that never ran scores nothing
         if is_test_cell(cell) and cell.get("execution_count") is None and not any(
                 o.get("output_type") == "error" for o in cell.get("outputs", [])):

@@ -49,6 +49,7 @@ from autograder.engine.audit import RULE_HINT, _parse, _rules_of
 from autograder.engine.audit_code import code_in_strings
 from autograder.engine.audit_names import Bindings, closure, free_loads
 from autograder.engine.calls import KernelLink
+from autograder.engine.cputime import CpuGroup
 from autograder.engine.jail import jail
 from autograder.engine.notebook_client import HarnessClient, SandboxKernelManager, StudentTimeout
 from autograder.engine.room_guard import guard_program
@@ -208,6 +209,9 @@ class Room:
         km.kernel_spec.interrupt_mode = "message"
         measure = self.job_dir / "room-measure"     # a measured call's arguments (KernelLink.measured_call)
         measure.mkdir(mode=0o755, exist_ok=True)
+        group = CpuGroup.create() if self.sandbox else None   # the room's CPU count (KernelLink.measured_call)
+        if group is not None:
+            self._stack.callback(group.close)      # after the kernel's shutdown, which is entered later
         if self.sandbox:
             uid = jail.pick_uid()
             if uid is not None:
@@ -221,7 +225,8 @@ class Room:
                                                   data_files=[*self.data_files, measure],
                                                   options=replace(self.options, kernel_threads=1),
                                                   course_root=self.course_root,
-                                                  uid=uid, mode=self.mode, hide=self.hide)
+                                                  uid=uid, mode=self.mode, hide=self.hide,
+                                                  cgroup=group.path if group else None)
             cwd = room_dir
         else:   # unsandboxed (the caller accepted that risk): the modules can only be hidden in a jail
             cwd = self.cwd or self.job_dir
@@ -231,6 +236,7 @@ class Room:
                                                       stderr=subprocess.DEVNULL))
         self.link = RoomLink(client, self.rules)
         self.link.cpu_root = client.cpu_root = km.provisioner.pid
+        self.link.cpu_group = group if group is not None and group.holds(km.provisioner.pid) else None
         self.link.measure_dir = (measure, f"{jail.SANDBOX_HOME}/{measure.name}" if self.sandbox else measure)
         self.link.install()
         if not self.sandbox:

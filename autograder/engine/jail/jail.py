@@ -132,7 +132,7 @@ def scratch_caps(options) -> dict:
 
 
 def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course_root=None,
-                    uid=None, mode="autograde", hide=()) -> list:
+                    uid=None, mode="autograde", hide=(), cgroup=None) -> list:
     """The words to put before the kernel's command line, as described in the module docstring.
 
     ``ipc_dir`` is mounted writable at the same path (the kernel's connection file and sockets);
@@ -140,7 +140,8 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     into the working folder by their names; ``options`` is a GradingOptions; ``uid`` the uid the
     sandbox runs under (None: this process's own); ``hide``: modules of ``mlexp`` the sandbox
     does not hold (a room: :mod:`autograder.engine.room`), each an empty read-only folder or file
-    wherever its source or byte code would be. Sources outside /usr are written ``SRC:path``: the
+    wherever its source or byte code would be; ``cgroup``: the folder of a control group the jail
+    joins before anything else runs (:class:`autograder.engine.cputime.CpuGroup`). Sources outside /usr are written ``SRC:path``: the
     jail, still root, mounts each at a staging path it can reach in a mount namespace of its own
     before it leaves root, so the sandbox's uid needs no right to read their parents (a Python
     under /root, the grader's files).
@@ -195,7 +196,8 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
         args += ["--setenv", k, v]
     limits = {"memory_mb": options.memory_mb, "cpu_seconds": options.cpu_seconds,
               "max_processes": options.max_processes if uid is not None else 0,
-              "max_file_mb": options.max_file_mb, "uid": uid, "stage": str(Path(job_dir) / "stage")}
+              "max_file_mb": options.max_file_mb, "uid": uid, "stage": str(Path(job_dir) / "stage"),
+              "cgroup": str(cgroup) if cgroup else None}
     return [sys.executable, "-m", "autograder.engine.jail.jail", json.dumps(limits), "--"] + args + ["--"]
 
 
@@ -360,6 +362,11 @@ def main(argv=None) -> int:
     """``python -m autograder.engine.jail.jail LIMITS_JSON -- COMMAND...``: limit, drop root, exec COMMAND."""
     argv = sys.argv[1:] if argv is None else argv
     limits, command = json.loads(argv[0]), argv[2:]
+    if limits.get("cgroup"):   # before bubblewrap and the kernel start, so every process is counted
+        try:
+            Path(limits["cgroup"], "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            pass   # the grader sees the jail is not in it (CpuGroup.holds) and reads the process tree
     apply_limits(limits)
     import ctypes
     import signal
