@@ -1,44 +1,41 @@
 """The rules an exercise states ("write it yourself", "without a Python loop"), checked by behaviour.
 
-A lesson's exercise may say what the answer must not use: a library entry point that computes the
-answer (``mlexp.ops.linear_attention`` with any ``impl``, ``mlexp.kvcache``, ...), or a Python
-loop over the sequence. The test cell checks it by watching what the student's function does
-while it runs, where it runs, never by reading its source:
+A lesson's exercise may say what the answer must not use: a library entry point that computes the answer
+(``mlexp.ops.linear_attention`` with any ``impl``, ``mlexp.kvcache``, ...), or a Python loop over the sequence.
+The test cell checks it by watching what the student's function does while it runs, where it runs, never by
+reading its source:
 
-- :func:`watching` records every Python function entered from a watched module (a ``sys``
-  profile hook, so an alias such as ``from mlexp.ops import linear_attention as f`` is caught
-  too); counts the torch operations run and notes the largest tensor one of them took or
-  returned (a :class:`torch.overrides.TorchFunctionMode`); counts the lines of the notebook's
-  own Python run (a ``sys`` trace hook, so a Python loop is seen even where it runs numpy or no
-  torch at all); and notes what would take the work out of its sight (see
+- :func:`watching` records every Python function entered from a watched module (a ``sys`` profile hook, so an
+  alias such as ``from mlexp.ops import linear_attention as f`` is caught too); counts the torch operations run
+  and notes the largest tensor one of them took or returned (a :class:`torch.overrides.TorchFunctionMode`);
+  counts the lines of the notebook's own Python run (a ``sys`` trace hook, so a Python loop is seen even where
+  it runs numpy or no torch at all); and notes what would take the work out of its sight (see
   :attr:`Trace.escaped`: torch's function handling switched off, another thread or process);
-- :func:`call` runs a function under :func:`watching` and returns ``(result, Trace)``. For a
-  grader's proxy of a student function (it has ``_watched_call``, see autograder.engine.harness) the
-  watching happens in the student's kernel, where the function runs, and the trace comes back as
-  data; in the student's own notebook (the self-check) it happens here;
-- :func:`write_it_yourself`, :func:`no_loop` and :func:`bounded` turn a broken rule into the
-  test's ``AssertionError("Hint: this exercise asks you to write it yourself ...")``.
+- :func:`call` runs a function under :func:`watching` and returns ``(result, Trace)``. For a grader's proxy of a
+  student function (it has ``_watched_call``, see autograder.engine.harness) the watching happens in the
+  student's kernel, where the function runs, and the trace comes back as data; in the student's own notebook
+  (the self-check) it happens here;
+- :func:`write_it_yourself`, :func:`no_loop` and :func:`bounded` turn a broken rule into the test's
+  ``AssertionError("Hint: this exercise asks you to write it yourself ...")``.
 
-The trace only says which watched functions ran, how many operations and lines ran, how many
-elements the largest tensor held and what escaped the watch; it never reports values, so it can
-be shown to a student as it is.
+The trace only says which watched functions ran, how many operations and lines ran, how many elements the
+largest tensor held and what escaped the watch; it never reports values, so it can be shown to a student as it
+is.
 
-What the watch cannot see. It runs in the student's own process, so it is evidence, not proof:
-the tamper report (autograder.engine.kernel.kernel_server) catches code that replaces the watcher itself.
-Torch's function handling switched off is seen at each line and at each C function the
-notebook's code calls, and a tensor's numbers taken into numpy or a list at the call that takes
-them (refused by the rules that count or measure). Code that torch itself runs inside an
-operation (a backward hook, ``Tensor.apply_``'s function) runs with the mode popped: its lines
-count, its operations do not. Not seen: a loop that runs inside C code (``functools.reduce``, ``itertools``, or
-``[*iterator]``, which calls nothing) with torch's function handling switched off by C code
-too (``torch._C._disabled_torch_function_impl``); a frame that stops its own line tracing
-(``sys._getframe().f_trace = None``) and still runs one torch operation the watch sees; work
-handed to another thread or process through a library that the watch does not know; and, for
-:func:`bounded`, a large tensor built in pieces that are each within the bound (the bound is
-on each tensor, not on the total;
-:func:`summed_work` bounds the total that the products, sums and scans return). Where a rule can be checked by its physical consequence
-instead (a chunkwise form must run at a length whose T x T matrix fits in no memory), the
-lesson's test does that as well.
+What the watch cannot see. It runs in the student's own process, so it is evidence, not proof: the tamper report
+(autograder.engine.kernel.kernel_server) catches code that replaces the watcher itself. Torch's function
+handling switched off is seen at each line and at each C function the notebook's code calls, and a tensor's
+numbers taken into numpy or a list at the call that takes them (refused by the rules that count or measure).
+Code that torch itself runs inside an operation (a backward hook, ``Tensor.apply_``'s function) runs with the
+mode popped: its lines count, its operations do not. Not seen: a loop that runs inside C code
+(``functools.reduce``, ``itertools``, or ``[*iterator]``, which calls nothing) with torch's function handling
+switched off by C code too (``torch._C._disabled_torch_function_impl``); a frame that stops its own line tracing
+(``sys._getframe().f_trace = None``) and still runs one torch operation the watch sees; work handed to another
+thread or process through a library that the watch does not know; and, for :func:`bounded`, a large tensor built
+in pieces that are each within the bound (the bound is on each tensor, not on the total; :func:`summed_work`
+bounds the total that the products, sums and scans return). Where a rule can be checked by its physical
+consequence instead (a chunkwise form must run at a length whose T x T matrix fits in no memory), the lesson's
+test does that as well.
 """
 from __future__ import annotations
 
@@ -417,46 +414,50 @@ def summed_work(fn, make_args, *, lengths, limit, grows: str, over: str, forbid=
     return result
 
 
-def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, reference, repeats: int = 5):
-    """Fail with the rule's hint when the CPU time ``fn`` takes grows more than ``at_most`` times from
-    the first of ``lengths`` to the second: the sign of work that grows faster than the exercise
-    allows, however it is spelled (a T x T product computed in pieces, a state rebuilt from every
-    earlier token at each chunk). ``make_args(T)``: the arguments for length T; ``reference``: a
-    function that gives the right result for them (each measured call must return it, to
-    rounding); ``too_fast``: what such growth means in the exercise's terms, for the hint.
+def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, reference, repeats: int = 5,
+               slowest: float = None):
+    """Fail with the rule's hint when the CPU time ``fn`` takes grows more than ``at_most`` times from the first of
+    ``lengths`` to the second: the sign of work that grows faster than the exercise allows, however it is spelled
+    (a T x T product computed in pieces, a state rebuilt from every earlier token at each chunk).
+    ``make_args(T)``: the arguments for length T; ``reference``: a function that gives the right result for them
+    (each measured call must return it, to rounding); ``too_fast``: what such growth means in the exercise's
+    terms, for the hint; ``slowest``: fail too when, at the longer length, ``fn`` takes more than this many times
+    the CPU time ``reference`` takes (timed on the same inputs, in this process, on one thread): a ratio alone is
+    met by adding a fixed cost to every call, which makes the long call at least as slow as the wrong method it
+    hides (issue 51).
 
-    The time is the CPU time the operating system gave the process that ran the call, never the
-    wall clock, so a busy machine does not change the verdict. For a grader's proxy of a student
-    function (``_measured_call``) the grader reads it from outside the student's kernel, from the
-    operating system's count for the kernel's processes; elsewhere (the student's own notebook) it
-    is this process's ``time.process_time()``, on one torch thread. Each length is called
-    ``repeats`` times, the lengths in turn (short, long, short, ...), and each keeps its least
-    time: what else the machine does (a neighbour on the same core, a page fault, a collection) can
-    only add CPU time to a call, and in turns a slow spell falls on both lengths alike. Before
-    each call every element of every floating-point tensor argument is multiplied by a fresh
-    random number in [0.5, 1) (signs and ranges kept), so no result can be prepared for inputs
-    known in advance, nor rescaled from an earlier call's. A call under a millisecond counts as
-    one millisecond."""
+    The time is the CPU time the operating system gave the process that ran the call, never the wall clock, so a
+    busy machine does not change the verdict. For a grader's proxy of a student function (``_measured_call``) the
+    grader reads it from outside the student's kernel, from the operating system's count for the kernel's
+    processes; elsewhere (the student's own notebook) it is this process's ``time.process_time()``, on one torch
+    thread. Each length is called ``repeats`` times, the lengths in turn (short, long, short, ...), and each keeps
+    its least time: what else the machine does (a neighbour on the same core, a page fault, a collection) can only
+    add CPU time to a call, and in turns a slow spell falls on both lengths alike. Before each call every element
+    of every floating-point tensor argument is multiplied by a fresh random number in [0.5, 1) (signs and ranges
+    kept), so no result can be prepared for inputs known in advance, nor rescaled from an earlier call's. A call
+    under a millisecond counts as one millisecond."""
     import random
     import torch
-    times = {T: [] for T in lengths}
+    times, own = {T: [] for T in lengths}, []
     for _ in range(repeats):
         for T in lengths:
             gen = torch.Generator().manual_seed(random.SystemRandom().randrange(2 ** 63))
             args = [a * (0.5 + 0.5 * torch.rand(a.shape, generator=gen, dtype=a.dtype))
                     if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make_args(T)]
-            expected = reference(*args)
+            expected = _cpu_seconds(reference, args, None, T, own if T == lengths[-1] else [])
             times[T].append(_cpu_seconds(fn, args, expected, T))
     least = [max(min(times[T]), 0.001) for T in lengths]
-    growth = least[-1] / least[0]
-    if growth > at_most:
-        raise AssertionError(f"Hint: {RULE_HINT} with work that grows the way it asks: from T = {lengths[0]} to "
-                             f"T = {lengths[-1]} (x{lengths[-1] / lengths[0]:g}) {_name(fn)}'s CPU time grew "
-                             f"x{growth:.0f}, more than the x{at_most:g} this form allows. {too_fast}")
+    growth, slower = least[-1] / least[0], least[-1] / max(min(own), 0.001)
+    if growth > at_most or (slowest and slower > slowest):
+        what = (f"from T = {lengths[0]} to T = {lengths[-1]} (x{lengths[-1] / lengths[0]:g}) {_name(fn)}'s CPU time "
+                f"grew x{growth:.0f}, more than the x{at_most:g} this form allows" if growth > at_most else
+                f"at T = {lengths[-1]} {_name(fn)} took x{slower:.1f} the CPU time of the course's own form, more than "
+                f"the x{slowest:g} this form allows, however that time is spent")
+        raise AssertionError(f"Hint: {RULE_HINT} with work that grows the way it asks: {what}. {too_fast}")
 
 
-def _cpu_seconds(fn, args, expected, T) -> float:
-    """The CPU seconds of one call ``fn(*args)`` (:func:`work_grows`), which must return ``expected``."""
+def _cpu_seconds(fn, args, expected, T, times=None):
+    """The CPU seconds of ``fn(*args)``, which must return ``expected``; or its result, the seconds put in ``times``."""
     import torch
     remote = getattr(fn, "_measured_call", None)
     if callable(remote):
@@ -469,6 +470,8 @@ def _cpu_seconds(fn, args, expected, T) -> float:
         used = time.process_time() - start
     finally:
         torch.set_num_threads(threads)
+    if times is not None:
+        return times.append(used) or got
     if not (isinstance(got, torch.Tensor) and got.shape == expected.shape
             and float((got - expected).abs().max()) <= 1e-3 * float(expected.abs().max()) + 1e-6):
         raise AssertionError(f"Hint: while the test measured its work at T = {T}, {_name(fn)} returned "

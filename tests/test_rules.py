@@ -443,3 +443,27 @@ def test_work_grows_gives_no_result_that_an_earlier_call_could_be_rescaled_to():
     with pytest.raises(AssertionError, match="quadratic"):
         rules.work_grows(rescaling, lambda T: (torch.linspace(1, 2, T),), lengths=(1000, 4000), at_most=8,
                          too_fast="quadratic", reference=lambda x: x * 2)
+
+
+def test_work_grows_fails_a_fixed_cost_added_to_every_call_by_the_time_the_reference_takes():
+    """A ratio alone is met by a quadratic answer that adds a fixed cost to every call (issue 51: its
+    growth reads x2); ``slowest`` compares the longer call with the reference timed on the same
+    inputs, which the padded answer cannot meet, while a linear answer a little slower than the
+    reference keeps its verdict."""
+    def reference(x):
+        _burn(2e-6 * x.shape[-1])
+        return x * 2
+
+    def padded(x):                          # quadratic, plus 40 ms on every call
+        _burn(2e-6 * x.shape[-1] ** 2 / 1000 + 0.04)
+        return x * 2
+
+    def linear(x):                          # twice the reference's work
+        _burn(4e-6 * x.shape[-1])
+        return x * 2
+    kwargs = dict(lengths=(1000, 4000), at_most=8, too_fast="quadratic", reference=reference)
+    rules.work_grows(padded, lambda T: (torch.ones(T),), **kwargs)              # the hole without a ceiling
+    with pytest.raises(AssertionError, match=r"at T = 4000 padded took x[\d.]+ the CPU time of the course's own form, "
+                                             r"more than the x4 this form allows.*quadratic"):
+        rules.work_grows(padded, lambda T: (torch.ones(T),), slowest=4, **kwargs)
+    rules.work_grows(linear, lambda T: (torch.ones(T),), slowest=4, **kwargs)
