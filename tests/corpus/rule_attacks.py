@@ -270,6 +270,11 @@ ROUTES = {   # kind -> the route in words
                        "room replays the bindings, so the library runs there too",
     "library_as_packed_text": "the same source zlib-compressed and base64-encoded in the string, so that no reading "
                               "of the notebook's strings finds the library's code in it",
+    # Found after the CPU count moved out of the kernel (issue 51, item 2).
+    "work_in_a_child": "honest while watched; while measured, the state rebuilt at each chunk in a forked child "
+                       "whose parent ignores SIGCHLD, so its CPU time reached no process's count (growth read x1)",
+    "fixed_cost": "honest while watched; while measured, the gated state rebuilt at each chunk plus 0.1 s of CPU on "
+                  "every call, which keeps the growth under x8",
     "allowed_module": "lesson 06's memory count from mlexp.kvcache, the helpers mlexp.capstone.memory_bytes is "
                       "made of: the rule forbids mlexp.capstone only",
 }
@@ -426,6 +431,48 @@ def chunkwise_gated_linear_attention(q, k, v, g, chunk_size):
 '''
 
 
+# Found after the CPU count moved out of the kernel (issue 51, item 2): honest while watched, and while
+# measured the state rebuilt at each chunk in a forked child under signal(SIGCHLD, SIG_IGN), whose CPU
+# time then reaches no process's count; the gated state rebuilt with a fixed cost added to every call,
+# which keeps the growth under x8.
+HIDDEN_OR_PADDED = '''import io
+import os
+import signal
+import sys
+import time
+
+import torch
+
+
+def _in_child(q, k, v, chunk_size):
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # the child is reaped by Linux, its time by nobody
+    read, write = os.pipe()
+    if os.fork() == 0:
+        buffer = io.BytesIO()
+        torch.save(_rebuilt(q, k, v, chunk_size), buffer)
+        os.write(write, buffer.getvalue())
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while True:
+        got = os.read(read, 1 << 20)
+        if not got:
+            break
+        chunks.append(got)
+    os.close(read)
+    return torch.load(io.BytesIO(b"".join(chunks)))
+
+
+def _padded(q, k, v, g, chunk_size):
+    end = time.process_time() + 0.1                 # a fixed cost on every call
+    while time.process_time() < end:
+        pass
+    return _gated_rebuilt(q, k, v, g, chunk_size)
+
+
+'''
+
+
 def l03_cases(solution) -> dict:
     honest = solved_answers(solution)
     lib = "_ops."
@@ -443,6 +490,14 @@ def l03_cases(solution) -> dict:
                        "chunkwise_gated_form": ("gated_in_pieces", "import torch\n" + GATED_IN_PIECES)},
         "watched_or_rebuilt": {"chunkwise_form": ("watched_differently", watched),
                                "chunkwise_gated_form": ("gated_state_rebuilt", "import torch\n\n\n" + GATED_STATE_REBUILT)},
+        "hidden_or_padded": {
+            "chunkwise_form": ("work_in_a_child", HIDDEN_OR_PADDED + STATE_FROM_EVERY_TOKEN.replace(
+                "def chunkwise_linear_attention", "def _rebuilt") + "\n\n" + L03_HEADS["chunkwise_form"] + "\n"
+                + by_hand("chunkwise_form").format(call="_in_child(q, k, v, chunk_size)")),
+            "chunkwise_gated_form": ("fixed_cost", HIDDEN_OR_PADDED + GATED_STATE_REBUILT.replace(
+                "def chunkwise_gated_linear_attention", "def _gated_rebuilt") + "\n\n"
+                + L03_HEADS["chunkwise_gated_form"] + "\n"
+                + by_hand("chunkwise_gated_form").format(call="_padded(q, k, v, g, chunk_size)"))},
     }
 
 
