@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 # What the watch tells apart (whose code a frame runs, how large a tensor is, what takes work out
 # of its sight): mlexp/rules_sight.py. Imported into this module, whose names the grader's tamper
 # report watches, and called from here.
+from .rules_measure import work_grows  # noqa: E402  (measured from outside the kernel in grading)
 from .rules_sight import (_HANDOFF_BUILTINS, _elements, _entry_name, _Forbidden, _handoffs, _may_work, _on_stack,
                           _Sources, _starters, _thread_clocks, _total)
 
@@ -412,72 +413,6 @@ def summed_work(fn, make_args, *, lengths, limit, grows: str, over: str, forbid=
                              f"{_name(fn)}'s products, sums and scans returned {long:,} numbers in all, more than "
                              f"the {limit:,} allowed. {over}.")
     return result
-
-
-def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, reference, repeats: int = 5,
-               slowest: float = None):
-    """Fail with the rule's hint when the CPU time ``fn`` takes grows more than ``at_most`` times from the first of
-    ``lengths`` to the second: the sign of work that grows faster than the exercise allows, however it is spelled
-    (a T x T product computed in pieces, a state rebuilt from every earlier token at each chunk).
-    ``make_args(T)``: the arguments for length T; ``reference``: a function that gives the right result for them
-    (each measured call must return it, to rounding); ``too_fast``: what such growth means in the exercise's
-    terms, for the hint; ``slowest``: fail too when, at the longer length, ``fn`` takes more than this many times
-    the CPU time ``reference`` takes (timed on the same inputs, in this process, on one thread): a ratio alone is
-    met by adding a fixed cost to every call, which makes the long call at least as slow as the wrong method it
-    hides (issue 51).
-
-    The time is the CPU time the operating system gave the process that ran the call, never the wall clock, so a
-    busy machine does not change the verdict. For a grader's proxy of a student function (``_measured_call``) the
-    grader reads it from outside the student's kernel, from the operating system's count for the kernel's
-    processes; elsewhere (the student's own notebook) it is this process's ``time.process_time()``, on one torch
-    thread. Each length is called ``repeats`` times, the lengths in turn (short, long, short, ...), and each keeps
-    its least time: what else the machine does (a neighbour on the same core, a page fault, a collection) can only
-    add CPU time to a call, and in turns a slow spell falls on both lengths alike. Before each call every element
-    of every floating-point tensor argument is multiplied by a fresh random number in [0.5, 1) (signs and ranges
-    kept), so no result can be prepared for inputs known in advance, nor rescaled from an earlier call's. A call
-    under a millisecond counts as one millisecond."""
-    import random
-    import torch
-    times, own = {T: [] for T in lengths}, []
-    for _ in range(repeats):
-        for T in lengths:
-            gen = torch.Generator().manual_seed(random.SystemRandom().randrange(2 ** 63))
-            args = [a * (0.5 + 0.5 * torch.rand(a.shape, generator=gen, dtype=a.dtype))
-                    if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make_args(T)]
-            expected = _cpu_seconds(reference, args, None, T, own if T == lengths[-1] else [])
-            times[T].append(_cpu_seconds(fn, args, expected, T))
-    least = [max(min(times[T]), 0.001) for T in lengths]
-    growth, slower = least[-1] / least[0], least[-1] / max(min(own), 0.001)
-    if growth > at_most or (slowest and slower > slowest):
-        what = (f"from T = {lengths[0]} to T = {lengths[-1]} (x{lengths[-1] / lengths[0]:g}) {_name(fn)}'s CPU time "
-                f"grew x{growth:.0f}, more than the x{at_most:g} this form allows" if growth > at_most else
-                f"at T = {lengths[-1]} {_name(fn)} took x{slower:.1f} the CPU time of the course's own form, more than "
-                f"the x{slowest:g} this form allows, however that time is spent")
-        raise AssertionError(f"Hint: {RULE_HINT} with work that grows the way it asks: {what}. {too_fast}")
-
-
-def _cpu_seconds(fn, args, expected, T, times=None):
-    """The CPU seconds of ``fn(*args)``, which must return ``expected``; or its result, the seconds put in ``times``."""
-    import torch
-    remote = getattr(fn, "_measured_call", None)
-    if callable(remote):
-        return remote(args, {}, expected)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)     # idle worker threads spin: their time is not the function's work
-    try:
-        start = time.process_time()
-        got = fn(*args)
-        used = time.process_time() - start
-    finally:
-        torch.set_num_threads(threads)
-    if times is not None:
-        return times.append(used) or got
-    if not (isinstance(got, torch.Tensor) and got.shape == expected.shape
-            and float((got - expected).abs().max()) <= 1e-3 * float(expected.abs().max()) + 1e-6):
-        raise AssertionError(f"Hint: while the test measured its work at T = {T}, {_name(fn)} returned "
-                             "other values than the reference: it must give the right output at every "
-                             "length, the long ones too.")
-    return used
 
 
 def digest(value, salt: str, rounds: int = 100_000) -> str:

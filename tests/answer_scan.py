@@ -120,6 +120,8 @@ def _recorder(fn, name, found, test):
                 found.append((test, f"{name}(...)", value, _scalars(args, kwargs)))
             return result, trace
         call._watched_call = watched
+    if hasattr(fn, "_measured_call"):      # a measured call returns only its cost: nothing to record
+        call._measured_call = fn._measured_call
     return call
 
 
@@ -247,6 +249,8 @@ def _moved(fn):
             result, trace = fn._watched_call(args, kwargs, forbid, **extra)
             return _perturbed(result), trace
         call._watched_call = watched
+    if hasattr(fn, "_measured_call"):      # a measured call returns only its cost: nothing to record
+        call._measured_call = fn._measured_call
     return call
 
 

@@ -7,7 +7,8 @@ import secrets
 import time
 from pathlib import Path
 
-from autograder.engine.cputime import ignores_children, tree_cpu_ns
+from autograder.engine.cputime import children, ignores_children, tree_cpu_ns
+from mlexp.rules_measure import peak_growth, peak_reset
 from autograder.engine.kernel import kernel_server
 from autograder.engine.kernel import measure
 from autograder.engine.kernel import wire
@@ -50,9 +51,9 @@ class StudentFunction:
                                limit=limit)
 
     def _measured_call(self, args, kwargs, expected):
-        """The CPU seconds one call takes, as the operating system counts them for the kernel,
-        read on the grader's side; the result must be ``expected`` (KernelLink.measured_call).
-        For :func:`mlexp.rules.work_grows`."""
+        """(CPU seconds, peak memory added) of one call, as the operating system counts them for the
+        kernel, read on the grader's side; the result must be ``expected`` (KernelLink.measured_call).
+        For :func:`mlexp.rules_measure.work_grows`."""
         return self._link.measured_call(self, tuple(args), dict(kwargs), expected)
 
     def __repr__(self):
@@ -222,7 +223,9 @@ class KernelLink:
         (:func:`autograder.engine.kernel.measure.checksum`, under weights from a seed drawn
         here), so the time is the function's work. The result must be ``expected`` (the test's
         reference result for these arguments) to rounding, or the call fails with a hint: what
-        is measured is the same computation as what is graded. The time returned leaves out the
+        is measured is the same computation as what is graded. Returns (CPU seconds, bytes the
+        kernel's processes added to their peak resident memory, read from /proc, or None where it
+        cannot be reset: :func:`mlexp.rules_measure.peak_reset`). The time returned leaves out the
         kernel's checksum, which this side times as it computes the same one (on one thread), so
         that it compares with a reference timed in this process."""
         import torch
@@ -246,9 +249,12 @@ class KernelLink:
         req = KernelRequest.measure(fn._ref, items, encode(dict(kwargs)), seed)
         clock = self.cpu_group.ns if self.cpu_group is not None else lambda: tree_cpu_ns(self.cpu_root)
         try:
+            starts = {pid: peak_reset(pid) for pid in children(self.cpu_root)}   # each process's resident kB
             before = clock()
             reply = self.request(req, f"the measured call of {fn.__name__}")
             used = (clock() - before) / 1e9
+            peak = (sum(peak_growth(starts.get(pid, 0), pid) or 0 for pid in children(self.cpu_root))
+                    if None not in starts.values() else None)
             hidden = [] if self.cpu_group is not None else ignores_children(self.cpu_root)
         finally:
             for f in Path(here).iterdir():
@@ -275,7 +281,7 @@ class KernelLink:
             raise AssertionError(f"Hint: while the test measured its work at inputs of shape {shape}, "
                                  f"{fn.__name__} returned other values than the reference: it must give the "
                                  "right output at every length, the long ones too.")
-        return max(used - checking, 0.0)
+        return max(used - checking, 0.0), peak
 
     def install(self, module: str = KERNEL_MODULE) -> None:
         """Put the kernel side (:mod:`autograder.engine.kernel.wire`'s codec and :mod:`autograder.engine.kernel.kernel_server`)
