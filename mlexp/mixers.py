@@ -325,7 +325,15 @@ class LSTMMixer(nn.Module):
             raise ValueError(f"LSTMMixer expects x of shape (B, T, {self.dim}); got {tuple(x.shape)}")
         if x.shape[1] == 0:                                        # empty in, empty out (nn.LSTM refuses T = 0)
             return x * 0
-        h, _ = self.lstm(x)                                        # (B, T, dim) -> (B, T, hidden)
+        try:
+            h, _ = self.lstm(x)                                    # (B, T, dim) -> (B, T, hidden)
+        except RuntimeError:
+            if not torch.is_autocast_enabled(x.device.type):
+                raise
+            # Under CPU autocast, a CPU whose oneDNN has no bfloat16 LSTM (no AVX-512 BF16: "could not
+            # create a primitive descriptor") runs the LSTM in float32; the projection still autocasts.
+            with torch.autocast(x.device.type, enabled=False):
+                h, _ = self.lstm(x.float())
         return self.out_proj(h)                                    # (B, T, hidden) -> (B, T, dim)
 
     def extra_repr(self):
