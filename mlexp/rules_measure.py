@@ -30,7 +30,8 @@ def work_grows(fn, make_args, *, lengths, at_most: float, too_fast: str, referen
     met by adding a fixed cost to every call, which makes the long call at least as slow as the wrong method it
     hides (issue 51); ``memory``: fail with ``too_big`` when the call at the longer length raises its process's
     peak resident memory by more than this many bytes (arguments, result and every intermediate included), where
-    the operating system can say (Linux).
+    the operating system can say (Linux; a lower bound: memory the process freed before and reuses reads as nothing
+    new).
 
     The time is the CPU time the operating system gave the process that ran the call, never the wall clock, so a
     busy machine does not change the verdict. For a grader's proxy of a student function (``_measured_call``) the
