@@ -64,13 +64,20 @@ def test_the_tree_is_the_same_read_from_the_children_lists_as_from_a_pass_over_p
 HIDDEN_CHILD = r"""
 import os, signal, sys, time
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # Linux reaps the child: its time reaches no parent
+print("ready", flush=True)
 sys.stdin.readline()
-if os.fork() == 0:
+child = os.fork()
+if child == 0:
     end = time.process_time() + 0.3
     while time.process_time() < end:
         pass
     os._exit(0)
-time.sleep(1.0)                                 # the child has ended and is gone
+while True:                                     # until the child has ended and is gone (a busy machine: seconds)
+    try:
+        os.kill(child, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.02)
 print("done", flush=True)
 sys.stdin.readline()
 """
@@ -88,13 +95,13 @@ def test_a_control_group_counts_the_work_of_a_child_whose_parent_ignores_sigchld
     proc = subprocess.Popen(["sh", "-c", f'echo $$ > {group.path}/cgroup.procs && exec "$0" -c "$1"',
                              sys.executable, HIDDEN_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        assert proc.stdout.readline().strip() == "ready"
         assert group.holds(proc.pid)
         assert ignores_children(proc.pid) == [proc.pid]
         tree, counted = tree_cpu_ns(proc.pid), group.ns()
         proc.stdin.write("\n")
         proc.stdin.flush()
-        assert proc.stdout.readline().strip() == "done"
+        assert proc.stdout.readline().strip() == "done"   # the child has ended
         tree, counted = tree_cpu_ns(proc.pid) - tree, group.ns() - counted
     finally:
         proc.stdin.write("\n")
