@@ -211,6 +211,19 @@ def test_the_book_shows_every_guide():
     assert page == "[a](../index.md#the-lessons), b, [c](authors.md#colab),\nd\ne ![i](../x.png)"
 
 
+@pytest.mark.timeout(30)
+def test_a_guide_with_an_unclosed_bracket_becomes_a_page_at_once():
+    """A half-open interval ("[0.5, 1)") followed by many lines is text, not a link to find by
+    backtracking: each guide, and such a page, goes through guide_page in linear time (a pattern
+    with two ways to match a newline took 25 minutes on docs/instructors.md)."""
+    from autograder.publishing.book import GUIDES, guide_page
+    for name in GUIDES:
+        text = (REPO / "docs" / f"{name}.md").read_text(encoding="utf-8")
+        assert guide_page(text).count("\n") == text.count("\n")
+    page = "a ratio in [0.5, 1)" + "\n" * 60 + "[b](../README.md)"
+    assert guide_page(page) == "a ratio in [0.5, 1)" + "\n" * 60 + "b"
+
+
 BAD_PAGE = """# A bad page
 
 Run `python -m autograder regrade DIR` or:
