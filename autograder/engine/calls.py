@@ -227,10 +227,10 @@ class KernelLink:
         is measured is the same computation as what is graded. Returns (CPU seconds, bytes the
         kernel's processes added to their peak resident memory, read from /proc, or None where it
         cannot be reset: :func:`mlexp.rules_measure.peak_reset`), and the CPU seconds of the
-        kernel's checksum as this side computes the same one (on one thread, this thread's clock),
-        which work_grows takes off the call's least time by its own least: taken off call by call,
-        one slow reading of the checksum made a call read as too little work (an honest form's
-        growth read x9 in CI), so that the time compares with a reference timed in this process."""
+        kernel's checksum, timed as this side computes the same one on this thread. work_grows
+        takes the least checksum off the least call, so the time compares with a reference timed
+        in this process; taken off call by call, one slow checksum reading made an honest form's
+        growth read x9 in CI."""
         import torch
         if self.cpu_root is None or self.measure_dir is None:
             raise RuntimeError("the grader cannot measure this kernel's CPU time")
