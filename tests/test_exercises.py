@@ -1586,7 +1586,7 @@ CASES = [replace(c, hidden_only=True) if c.hint is not None and (c.lesson, c.tes
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=pytest.mark.slow if c.slow else ()) for c in CASES])
 def test_answer_gets_its_verdict(case):
     for mode in case.modes:
-        run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test})
+        run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test}, share=True)
         assert not run.violations, run.violations
         where = f"{case.id} ({mode})"
         check_outcome(run.outcomes[case.test, "full"], case.hint, where + " full", case.lesson, case.answers,
@@ -1651,7 +1651,7 @@ def test_catalogued_student_gets_its_score_and_hints(lesson, student):
     answers.update(spec.get("answers", {}))
     points = points_per_test(lesson)
     for mode in MODES:
-        run = run_lesson(lesson, answers, mode=mode)
+        run = run_lesson(lesson, answers, mode=mode, share=True)
         assert not run.violations, run.violations
         score = 0
         for test, pts in points.items():
@@ -1803,7 +1803,8 @@ def test_every_catalogued_mistake_is_made_by_a_demo_student_or_an_answer_case(le
     tests = {mistakes[mid].test for mid in left}
     for case in CASES:
         if case.lesson == lesson and case.hint and case.test in tests and "grader" in case.modes:
-            outcome = run_lesson(lesson, case.answers, mode="grader", only={case.test}).outcomes[case.test, "full"]
+            outcome = run_lesson(lesson, case.answers, mode="grader", only={case.test},
+                                 share=True).outcomes[case.test, "full"]
             made.add(match_mistake(mistakes, case.test, outcome.message))
     assert not set(mistakes) - made, (f"no demo student or answer case makes "
                                       f"{sorted(set(mistakes) - made)}: add one to tests/test_exercises.py")
@@ -1820,3 +1821,23 @@ def test_lesson06_states_the_dtype_rule_where_the_student_reads_it():
     assert "the inputs' dtype" in docstring and "float32 in, float32 out" in docstring, docstring
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "float32 in, float32 out" in text
+
+
+def test_a_shared_test_run_keys_on_every_answer_cell_that_can_change_it():
+    """run_lesson(share=True) reuses a test's outcome across runs whose inputs_of_test are equal:
+    the cells that bind what the test reads (through helpers), every cell that does more than bind
+    names, and every cell when the test reads the namespace by a computed name."""
+    from exercise_runner import inputs_of_test
+    cells = [("helper", "def g(x):\n    return x + 1\n"),
+             ("ruled", "def f(x):\n    '''doc'''\n    out = [0]\n    out[0] = g(x)\n    return out\n"),
+             ("other", "def h(x):\n    return 2 * x\nWHY = 'b'\n"),
+             ("values", "S = torch.outer(torch.ones(2), torch.ones(2))\nprint(S)\n")]   # torch: the setup's
+    keys = lambda test, extra=(): [gid for gid, _ in inputs_of_test(test, cells + list(extra))]  # noqa: E731
+    assert keys("assert f(1) == [2]") == ["helper", "ruled"]
+    assert keys('assert "WHY" in globals() and globals()["WHY"] == "b"') == ["other"]
+    assert keys("assert eval('f')(1) == [2]") == ["helper", "ruled", "other", "values"]
+    for reaching in ("torch.manual_seed(1)\n", "def k():\n    global WHY\n    WHY = 'a'\n", "S[0, 0] = 5.0\n",
+                     "def k(x):\n    S.add_(x)\n    return x\n", "import sys\nsys.setrecursionlimit(50)\n",
+                     "@torch.no_grad()\ndef k(x):\n    return x\n", "def k(x, y=torch.ones(2)):\n    return x\n",
+                     "def k(x):\n    return x +\n"):
+        assert {"helper", "ruled", "late"} <= set(keys("assert f(1) == [2]", [("late", reaching)])), reaching
