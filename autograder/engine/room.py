@@ -246,7 +246,7 @@ class Room:
         if not self.sandbox:
             self.link.client.run_request(_BLOCKER.format(hide=self.hide), limit)
         # The libraries every ruled function reads, imported before the guard: its audit hook reads
-        # each text compiled after it, and torch's import compiles thousands (6 s a room, not 1).
+        # each text compiled after it, and torch's import compiles thousands (about 3 s of a room's start).
         preload = [m for m in _PRELOAD if not any(m == h or m.startswith(h + ".") for h in self.hide)]
         if preload:
             _reply, timed_out, error = self.link.client.run_request(f"import {', '.join(preload)}", limit)
