@@ -47,7 +47,8 @@ class Case:
     ``modes``: where the verdict holds (an answer that fools only the student's own run, by
     changing the test's tensors in place, is judged by the grader alone). ``slow``: left out of
     make test-fast (a correct variant that runs the whole of a costly test cell, where the solution
-    and a cheaper variant already guard the fast run); make test runs it. ``partial``: the test gives
+    and a cheaper variant already guard the fast run, or a wrong one that only the test's timed
+    calls catch, seconds of work); make test runs it. ``partial``: the test gives
     partial credit and this answer gets that many of its points, the hint printed, not raised.
     """
     lesson: str
@@ -763,7 +764,7 @@ CASES += [
     l03_chunk("einsum and an explicit mask", source=CHUNK_EINSUM, slow=True),
     l03_chunk("in place into a preallocated output", source=CHUNK_IN_PLACE.format(range="range(0, T, chunk_size)"), slow=True),
     l03_chunk("states first, chunks in reverse", source=CHUNK_STATES_FIRST, slow=True),
-    l03_chunk("no Python loop (padded, cumsum of chunk states)", source=CHUNK_VECTORISED),
+    l03_chunk("no Python loop (padded, cumsum of chunk states)", source=CHUNK_VECTORISED, slow=True),
     l03_chunk("broadcast products, no matmul", source=CHUNK_BROADCAST, slow=True),
     l03_chunk("float64 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
               ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(dtype)"), slow=True),
@@ -1079,9 +1080,9 @@ def l03_gated(name, *edits, hint=None, source=None, hidden_only=False, slow=Fals
 CASES += [
     # right: at least 20 forms
     l03_gated("solution"),
-    l03_gated("einsum throughout, masked_fill before exp", source=GATED_EINSUM),
+    l03_gated("einsum throughout, masked_fill before exp", source=GATED_EINSUM, slow=True),
     l03_gated("Mamba-2's segsum inside each chunk", source=GATED_SEGSUM, slow=True),
-    l03_gated("Mamba-2's ssd_minimal: no Python loop, chunk states by a segsum over chunks", source=GATED_SSD_MINIMAL),
+    l03_gated("Mamba-2's ssd_minimal: no Python loop, chunk states by a segsum over chunks", source=GATED_SSD_MINIMAL, slow=True),
     l03_gated("whole-sequence cumulative sum, used only through differences", source=GATED_WHOLE_CUMSUM_DIFFS, slow=True),
     l03_gated("in place into a preallocated output", source=GATED_IN_PLACE.format(range="range(0, T, chunk_size)"), slow=True),
     l03_gated("states first, chunks in reverse", source=GATED_STATES_FIRST, slow=True),
@@ -1144,12 +1145,12 @@ CASES += [
     l03_gated("float32 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v, g = q.float(), k.float(), v.float(), g.float()\n    B, H, T, D_k = q.shape"),
               (GATED_RETURN, "return torch.cat(out, dim=2).to(dtype)"), hint="went through float32 somewhere"),
     l03_gated("whole T x T decay mask, chunk_size ignored", source=GATED_WHOLE_MASK, hint=GATED_BOUND),
-    l03_gated("chunks, but a T x T decay mask sliced per chunk", source=GATED_WHOLE_MASK_SLICED, hint=GATED_BOUND),
+    l03_gated("chunks, but a T x T decay mask sliced per chunk", source=GATED_WHOLE_MASK_SLICED, hint=GATED_BOUND, slow=True),
     l03_gated("a state for every token of each chunk (a token loop inside)", source=GATED_STATES_IN_CHUNKS, hint="Loop over the T / C chunks only"),
-    l03_gated("a state for every token, one chunk at a time (triangular product)", source=GATED_STATES_BY_TRIL, hint=GATED_PER_TOKEN),
-    l03_gated("each chunk's queries against every earlier key", source=GATED_SQUARE_IN_PIECES, hint="the T x T product in pieces"),
+    l03_gated("a state for every token, one chunk at a time (triangular product)", source=GATED_STATES_BY_TRIL, hint=GATED_PER_TOKEN, slow=True),
+    l03_gated("each chunk's queries against every earlier key", source=GATED_SQUARE_IN_PIECES, hint="the T x T product in pieces", slow=True),
     l03_gated("chunks of a fixed 128 tokens, chunk_size ignored", ("start + chunk_size", "start + 128"), (GATED_LOOP, "for start in range(0, T, 128):"),
-              hint="chunk_size is not used"),
+              hint="chunk_size is not used", slow=True),
     l03_gated("unforeseen", (GATED_RETURN, "return 0.5 * torch.cat(out, dim=2)"), hint="differs from the token loop by up to"),
 ]
 
