@@ -8,11 +8,14 @@ written by hand: 2 * layers * heads * dim * bytes); it is run once through the r
 sandboxed, and each exercise's verdict is read from its test cell.
 """
 import ast
+import inspect
 import json
+import marshal
 import os
 import tempfile
 from pathlib import Path
 
+import mlexp.kvcache as kvcache
 import nbformat
 import pytest
 
@@ -21,6 +24,9 @@ from autograder.engine.jail import jail
 from autograder.engine.room import room_program, ruled_names
 
 REPO = Path(__file__).resolve().parent.parent
+
+_PASTE = inspect.getsource(kvcache.hybrid_memory_bytes).replace("def hybrid_memory_bytes", "def _copy")
+_MARSHALLED = marshal.dumps(compile("def f(L, H, D, b):\n    return 2 * L * H * D * b\n", "f", "exec").co_consts[0])
 
 # name -> the student's cells that define it (honest or not)
 HONEST = {
@@ -64,7 +70,15 @@ DISHONEST = {
                          "    text = (pathlib.Path(mlexp.__file__).parent / 'kvcache.py').read_text()\n"
                          "    ns = {}\n    exec(compile(text, 'k', 'exec'), ns)\n"
                          "    return ns['kv_bytes_per_token'](L, H, D, b)\n"],
+    # the library's code carried in (autograder/engine/room_guard.py): the room's guard stops the room,
+    # which starts again without the refused statement; the function that needed it fails its test
+    "pasted_helper": [_PASTE + "\ndef pasted_helper(L, H, D, b):\n    assert callable(_copy)\n"
+                      "    return 2 * L * H * D * b\n"],
+    "marshal_code": ["import marshal, types\n\n"
+                     f"marshal_code = types.FunctionType(marshal.loads({_MARSHALLED!r}), globals())\n"],
 }
+# defined after every dishonest cell: each room stopped by the guard above is started again for it
+HONEST_LAST = {"after_a_stop": ["def after_a_stop(L, H, D, b):\n    return 2 * L * H * D * b\n"]}
 
 
 def _test_cell(name):
@@ -83,7 +97,7 @@ def _notebook():
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells.append(nbformat.v4.new_code_cell("import mlexp  # the lesson's Setup\nimport mlexp.kvcache"))
-    for name, cells in {**HONEST, **DISHONEST}.items():
+    for name, cells in {**HONEST, **DISHONEST, **HONEST_LAST}.items():
         nb.cells.append(nbformat.v4.new_markdown_cell(f"## {name}"))
         nb.cells.extend(nbformat.v4.new_code_cell(c) for c in cells)
         nb.cells.append(_test_cell(name))
@@ -93,7 +107,7 @@ def _notebook():
 def test_the_program_holds_a_functions_bindings_and_nothing_else():
     nb = _notebook()
     names = ruled_names(nb)
-    assert set(names) == set(HONEST) | set(DISHONEST)
+    assert set(names) == set(HONEST) | set(DISHONEST) | set(HONEST_LAST)
     assert names["plain"] == (("mlexp.kvcache",), "Multiply it out yourself")
     index = next(i for i, c in enumerate(nb.cells) if grade_id_of(c) == "test_helper_in_another_cell")
     program = room_program(nb, ["helper_in_another_cell"], index + 1)
@@ -146,7 +160,7 @@ def graded():
     return verdicts, report
 
 
-@pytest.mark.parametrize("name", sorted(HONEST))
+@pytest.mark.parametrize("name", sorted({**HONEST, **HONEST_LAST}))
 def test_honest_code_runs_in_the_room_as_in_the_notebook(graded, name):
     verdicts, report = graded
     assert verdicts[name] == "passed", verdicts[name]
@@ -159,6 +173,10 @@ def test_no_route_to_the_forbidden_module_earns_the_points(graded, name):
     if name != "reads_the_source":    # an empty file's text defines nothing: a KeyError of its own
         assert verdicts[name].startswith("Hint: this exercise asks you to write it yourself"), verdicts[name]
         assert "Multiply it out yourself" in verdicts[name], verdicts[name]
+    if name == "pasted_helper":
+        assert "the room was given the code of mlexp.kvcache.hybrid_memory_bytes" in verdicts[name], verdicts[name]
+    if name == "marshal_code":
+        assert "the room was given byte code to load" in verdicts[name], verdicts[name]
 
 
 def test_the_room_leaves_no_report_of_its_own(graded):
@@ -178,32 +196,72 @@ def test_the_lessons_settings_come_along_but_not_its_experiments():
     assert "Linear" not in program and "print" not in program
 
 
-def test_the_guard_refuses_the_forbidden_modules_code_however_it_is_carried(tmp_path):
-    """room_guard: once added (in a process of its own here: an audit hook stays for good), a
-    compile of text holding a function of a forbidden module fails, compressed and renamed or not,
-    while the student's own code and the other modules' code compile."""
+GUARD_CASES = {   # name -> (Python run after the guard, the start of the guard's reason or "" when it must run)
+    "own code": ("def mine(q):\n    return q + 1\nimport fractions, statistics\n"
+                 "compile(inspect.getsource(kvcache), '<kvcache>', 'exec')\n", ""),
+    "pasted": ("exec(compile(text, '<x>', 'exec'), {})", "the room was given the code of mlexp.ops.linear."),
+    "packed": ("exec(zlib.decompress(base64.b64decode(packed)).decode(), {})", "the room was given the code of"),
+    "a body without its def line, in a tree built in code": ("""tree = ast.parse(body)
+args = ast.parse("lambda q, k, v, S0, z0, eps: 0").body[0].value.args
+fn = ast.FunctionDef(name="mine", args=args, body=tree.body, decorator_list=[], returns=None)
+exec(compile(ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[])), "<x>", "exec"), {})""",
+                                                              "the room was given the code of"),
+    "marshal": ("types.FunctionType(marshal.loads(code), {})", "the room was given byte code"),
+    "a code object built by hand": ("(lambda: 1).__code__.replace(co_consts=(2,))", "the room was given a code object"),
+    "ast.parse replaced": ("ast.parse = lambda *a, **k: ast.Module(body=[], type_ignores=[])\n"
+                           "exec(compile(text, '<x>', 'exec'), {})", "the room was given the code of"),
+    "gc": ("import gc\ngc.get_objects()", "the room's code reached for the grader's guard (gc.get_objects)"),
+    "its own memory": ("open('/proc/self/mem', 'rb')", "the room opened its own memory"),
+    "a syntax tree class changed": ("ast.FunctionDef.body = property(lambda self: [])\ncompile('x = 1', '<x>', 'exec')",
+                                    "a class of Python's syntax tree was changed"),
+    "a signal handler": ("import signal\nsignal.signal(signal.SIGUSR1, print)\ncompile('x = 1', '<x>', 'exec')",
+                         "a signal handler was added"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GUARD_CASES))
+def test_the_guard_stops_the_room_given_the_forbidden_modules_code_however_it_is_carried(tmp_path, case):
+    """room_guard: once added (in a process of its own here: an audit hook stays for good), the
+    forbidden module's code given as text, as a syntax tree built in code or as byte code stops the
+    process, saying why in the stop file, and so does a reach for the guard itself; the student's own
+    code, an import and the other modules' code run."""
     import subprocess
     import sys
-    from autograder.engine.room_guard import guard_program
+    from autograder.engine.room_guard import STOP_EXIT, guard_program
+    run, wanted = GUARD_CASES[case]
+    stop = tmp_path / "stop"
     script = tmp_path / "guard.py"
-    script.write_text(f'''import base64, inspect, zlib
+    script.write_text(f'''import ast, base64, inspect, marshal, textwrap, types, zlib
 import mlexp.ops.linear as linear, mlexp.kvcache as kvcache
 text = inspect.getsource(linear).replace("_recurrent", "mine")
 packed = base64.b64encode(zlib.compress(text.encode()))
-{guard_program(("mlexp.ops",))}
-for name, source in (("pasted", text), ("packed", zlib.decompress(base64.b64decode(packed)).decode())):
-    try:
-        exec(compile(source, "<x>", "exec"), {{}})
-        print(name, "ran")
-    except RuntimeError as exc:
-        print(name, "refused:", exc)
-compile(inspect.getsource(kvcache), "<kvcache>", "exec")
-exec(compile("def mine(q):\\n    return q + 1\\n", "<own>", "exec"), {{}})
-print("others ran")
+body = textwrap.dedent(inspect.getsource(linear._parallel).split(":\\n", 1)[1])
+code = marshal.dumps(linear._parallel.__code__)
+{guard_program(("mlexp.ops",), stop, strict=False)}
+{run}
+print("ran")
 ''')
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("pasted refused: ") and "is the code of mlexp.ops.linear." in lines[0], lines
-    assert lines[1].startswith("packed refused: "), lines
-    assert lines[2] == "others ran", lines
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    if not wanted:
+        assert out.returncode == 0 and out.stdout.strip() == "ran", (out.stdout, out.stderr[-2000:])
+        assert not stop.exists()
+    else:
+        assert out.returncode == STOP_EXIT, (out.returncode, out.stdout, out.stderr[-2000:])
+        assert stop.read_text().startswith(wanted), stop.read_text()
+
+
+def test_the_guard_reads_no_global_name():
+    """Every name the guard's hook calls is one it took before the student's code ran (a closure):
+    none is a global or builtin that the student's code could rebind."""
+    import dis
+    from autograder.engine.room_guard import _make
+    inner = [c for c in _make.__code__.co_consts if hasattr(c, "co_code")]
+    seen = []
+    while inner:
+        code = inner.pop()
+        seen.append(code.co_name)
+        inner += [c for c in code.co_consts if hasattr(c, "co_code")]
+        for ins in dis.get_instructions(code):
+            if code.co_name != "Strange":
+                assert ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME"), (code.co_name, ins.argval)
+    assert {"hook", "judge", "flat", "dump", "genuine"} <= set(seen)
