@@ -115,6 +115,26 @@ def _python_dirs(course_root, job_dir=None) -> list:
     return keep
 
 
+def _python_links(mounted) -> list:
+    """``--symlink`` words for a Python reached through a link (a checkout whose ``.venv`` links to
+    another's, a home folder linked elsewhere): the folders are mounted at their resolved paths,
+    but the kernel is started as ``sys.executable`` says, so the link itself must be there too. The
+    first linked part of each path is recreated, when it leads into a mounted folder."""
+    args, made = [], set()
+    for path in (Path(sys.prefix), Path(sys.exec_prefix), Path(sys.executable).parent):
+        if not path.is_absolute() or path == path.resolve():
+            continue
+        for part in [*reversed(path.parents), path][1:]:
+            if part.is_symlink():
+                target = part.resolve()
+                if part not in made and any(target == d or d in target.parents or target in d.parents
+                                            for d in mounted):
+                    args += ["--symlink", str(target), str(part)]
+                    made.add(part)
+                break
+    return args
+
+
 def _mlexp_dir() -> Path:
     import mlexp
     return Path(mlexp.__file__).resolve().parent
@@ -166,6 +186,7 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     mounted = _python_dirs(course_root, job_dir)
     for d in mounted:
         args += ["--ro-bind", f"SRC:{d}", str(d)]
+    args += _python_links(mounted)
     args += ["--ro-bind", f"SRC:{_mlexp_dir()}", f"{COURSE_MOUNT}/mlexp"]
     args += hide_args(hide, job_dir, mounted, _mlexp_dir().parent, COURSE_MOUNT)
     env = kernel_env(options, mode)
