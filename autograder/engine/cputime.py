@@ -179,9 +179,14 @@ class CpuGroup:
         return None
 
     @staticmethod
-    def _owner_prefix(pid: int = None) -> str:
+    def _namespace_prefix() -> str:
+        """The start of the names of this pid namespace's groups: ``autograder-NS-``."""
+        return f"autograder-{os.stat('/proc/self/ns/pid').st_ino}-"
+
+    @classmethod
+    def _owner_prefix(cls) -> str:
         """A group's name starts with its maker's pid namespace and pid: ``autograder-NS-PID-``."""
-        return f"autograder-{os.stat('/proc/self/ns/pid').st_ino}-{pid or os.getpid()}-"
+        return f"{cls._namespace_prefix()}{os.getpid()}-"
 
     @classmethod
     def sweep(cls, parent: Path) -> list:
@@ -191,8 +196,8 @@ class CpuGroup:
         dead grader's kernel, is stopped); a running grader's groups, and those of graders in other
         namespaces, are kept. Returns the paths removed."""
         try:
-            ns = os.stat("/proc/self/ns/pid").st_ino
-            names = [p for p in Path(parent).iterdir() if p.name.startswith(f"autograder-{ns}-")]
+            prefix = cls._namespace_prefix()
+            names = [p for p in Path(parent).iterdir() if p.name.startswith(prefix)]
         except OSError:
             return []
         removed = []
