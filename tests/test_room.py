@@ -70,14 +70,16 @@ DISHONEST = {
                          "    text = (pathlib.Path(mlexp.__file__).parent / 'kvcache.py').read_text()\n"
                          "    ns = {}\n    exec(compile(text, 'k', 'exec'), ns)\n"
                          "    return ns['kv_bytes_per_token'](L, H, D, b)\n"],
-    # the library's code carried in (autograder/engine/room_guard.py): the room's guard stops the room,
-    # which starts again without the refused statement; the function that needed it fails its test
+}
+# The library's code carried in (autograder/engine/room_guard.py): the room's guard stops the room, which
+# starts again without the refused statement, so the function that needed it fails its test and the one
+# defined after them (HONEST_LAST) passes. A notebook of their own (each stop costs a room's start).
+STOPPED = {
     "pasted_helper": [_PASTE + "\ndef pasted_helper(L, H, D, b):\n    assert callable(_copy)\n"
                       "    return 2 * L * H * D * b\n"],
     "marshal_code": ["import marshal, types\n\n"
                      f"marshal_code = types.FunctionType(marshal.loads({_MARSHALLED!r}), globals())\n"],
 }
-# defined after every dishonest cell: each room stopped by the guard above is started again for it
 HONEST_LAST = {"after_a_stop": ["def after_a_stop(L, H, D, b):\n    return 2 * L * H * D * b\n"]}
 
 
@@ -93,11 +95,11 @@ def _test_cell(name):
     return cell
 
 
-def _notebook():
+def _notebook(functions=None):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells.append(nbformat.v4.new_code_cell("import mlexp  # the lesson's Setup\nimport mlexp.kvcache"))
-    for name, cells in {**HONEST, **DISHONEST, **HONEST_LAST}.items():
+    for name, cells in (functions or {**HONEST, **DISHONEST}).items():
         nb.cells.append(nbformat.v4.new_markdown_cell(f"## {name}"))
         nb.cells.extend(nbformat.v4.new_code_cell(c) for c in cells)
         nb.cells.append(_test_cell(name))
@@ -107,7 +109,7 @@ def _notebook():
 def test_the_program_holds_a_functions_bindings_and_nothing_else():
     nb = _notebook()
     names = ruled_names(nb)
-    assert set(names) == set(HONEST) | set(DISHONEST) | set(HONEST_LAST)
+    assert set(names) == set(HONEST) | set(DISHONEST)
     assert names["plain"] == (("mlexp.kvcache",), "Multiply it out yourself")
     index = next(i for i, c in enumerate(nb.cells) if grade_id_of(c) == "test_helper_in_another_cell")
     program = room_program(nb, ["helper_in_another_cell"], index + 1)
@@ -143,15 +145,14 @@ def test_hidden_paths_cover_a_package_a_module_and_its_byte_code(tmp_path):
             jail.hidden_paths([bad], [tmp_path])
 
 
-@pytest.fixture(scope="module")
-def graded():
+def _graded(nb):
     if not jail.probe()["ok"]:
         pytest.skip("bubblewrap cannot run here: " + jail.probe()["why"])
     from autograder.engine.harness import run_notebook
     from autograder.options import GradingOptions
     with tempfile.TemporaryDirectory(prefix="room-") as job:
         os.chmod(job, 0o711)
-        nb, report = run_notebook(_notebook(), options=GradingOptions(), job_dir=Path(job), course_root=REPO)
+        nb, report = run_notebook(nb, options=GradingOptions(), job_dir=Path(job), course_root=REPO)
     verdicts = {}
     for cell in nb.cells:
         if is_test_cell(cell):
@@ -160,7 +161,12 @@ def graded():
     return verdicts, report
 
 
-@pytest.mark.parametrize("name", sorted({**HONEST, **HONEST_LAST}))
+@pytest.fixture(scope="module")
+def graded():
+    return _graded(_notebook())
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
 def test_honest_code_runs_in_the_room_as_in_the_notebook(graded, name):
     verdicts, report = graded
     assert verdicts[name] == "passed", verdicts[name]
@@ -173,10 +179,17 @@ def test_no_route_to_the_forbidden_module_earns_the_points(graded, name):
     if name != "reads_the_source":    # an empty file's text defines nothing: a KeyError of its own
         assert verdicts[name].startswith("Hint: this exercise asks you to write it yourself"), verdicts[name]
         assert "Multiply it out yourself" in verdicts[name], verdicts[name]
-    if name == "pasted_helper":
-        assert "the room was given the code of mlexp.kvcache.hybrid_memory_bytes" in verdicts[name], verdicts[name]
-    if name == "marshal_code":
-        assert "the room was given byte code to load" in verdicts[name], verdicts[name]
+
+
+@pytest.mark.slow
+def test_a_room_its_guard_stopped_starts_again_without_the_refused_statement():
+    verdicts, report = _graded(_notebook({**STOPPED, **HONEST_LAST}))
+    for name in STOPPED:
+        assert verdicts[name].startswith("Hint: this exercise asks you to write it yourself"), verdicts[name]
+    assert "the room was given the code of mlexp.kvcache.hybrid_memory_bytes" in verdicts["pasted_helper"], verdicts
+    assert "the room was given byte code to load" in verdicts["marshal_code"], verdicts
+    assert verdicts["after_a_stop"] == "passed", verdicts
+    assert not report.get("kernel") and not report.get("tampered"), json.dumps(report)[:500]
 
 
 def test_the_room_leaves_no_report_of_its_own(graded):
@@ -198,7 +211,7 @@ def test_the_lessons_settings_come_along_but_not_its_experiments():
 
 GUARD_CASES = {   # name -> (Python run after the guard, the start of the guard's reason or "" when it must run)
     "own code": ("def mine(q):\n    return q + 1\nimport fractions, statistics\n"
-                 "compile(inspect.getsource(kvcache), '<kvcache>', 'exec')\n", ""),
+                 "compile(kvcache, '<kvcache>', 'exec')\n", ""),
     "pasted": ("exec(compile(text, '<x>', 'exec'), {})", "the room was given the code of mlexp.ops.linear."),
     "packed": ("exec(zlib.decompress(base64.b64decode(packed)).decode(), {})", "the room was given the code of"),
     "a body without its def line, in a tree built in code": ("""tree = ast.parse(body)
@@ -231,12 +244,14 @@ def test_the_guard_stops_the_room_given_the_forbidden_modules_code_however_it_is
     run, wanted = GUARD_CASES[case]
     stop = tmp_path / "stop"
     script = tmp_path / "guard.py"
-    script.write_text(f'''import ast, base64, inspect, marshal, textwrap, types, zlib
-import mlexp.ops.linear as linear, mlexp.kvcache as kvcache
-text = inspect.getsource(linear).replace("_recurrent", "mine")
+    script.write_text(f'''import ast, base64, marshal, textwrap, types, zlib
+linear = open({str(REPO / "mlexp" / "ops" / "linear.py")!r}).read()    # read, never imported (no torch here)
+kvcache = open({str(REPO / "mlexp" / "kvcache.py")!r}).read()
+text = linear.replace("_recurrent", "mine")
 packed = base64.b64encode(zlib.compress(text.encode()))
-body = textwrap.dedent(inspect.getsource(linear._parallel).split(":\\n", 1)[1])
-code = marshal.dumps(linear._parallel.__code__)
+parallel = next(n for n in ast.parse(linear).body if getattr(n, "name", "") == "_parallel")
+body = textwrap.dedent("\\n".join(ast.get_source_segment(linear, parallel).splitlines()[1:]))
+code = marshal.dumps(compile(ast.Module([parallel], []), "linear.py", "exec").co_consts[0])
 {guard_program(("mlexp.ops",), stop, strict=False)}
 {run}
 print("ran")
