@@ -158,6 +158,7 @@ def test_lesson_cells_count_as_the_lessons_even_from_another_edition(l01):
     assert audit_notebook(nb, ()).reasons() == [], "and never held: it is what the course wrote"
 
 
+@pytest.mark.slow     # reads every solution and demo notebook (about 15 s)
 def test_no_answer_of_the_course_is_flagged():
     """Every solution notebook and every demo student: nothing dynamic, nothing copied; a rule
     broken only where the demo catalogue expects the rule's hint on that test."""

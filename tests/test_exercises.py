@@ -760,7 +760,7 @@ def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False, slow=Fals
 
 
 CASES += [
-    l03_chunk("solution"),
+    l03_chunk("solution", slow=True),    # the right answer in the fast tier: 03-abe_all_correct (shared run)
     l03_chunk("einsum and an explicit mask", source=CHUNK_EINSUM, slow=True),
     l03_chunk("in place into a preallocated output", source=CHUNK_IN_PLACE.format(range="range(0, T, chunk_size)"), slow=True),
     l03_chunk("states first, chunks in reverse", source=CHUNK_STATES_FIRST, slow=True),
@@ -815,9 +815,9 @@ CASES += [
     l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint=CHUNK_LIBRARY),
     l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
     l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),
-    l03_chunk("a state for every token, one chunk at a time (cumsum)", source=CHUNK_STATES_IN_CHUNKS, hint=CHUNK_STATES_HINT),
+    l03_chunk("a state for every token, one chunk at a time (cumsum)", source=CHUNK_STATES_IN_CHUNKS, hint=CHUNK_STATES_HINT, slow=True),
     l03_chunk("a state for every token, one chunk at a time (triangular product)", source=CHUNK_STATES_BY_TRIL, hint=CHUNK_STATES_HINT, slow=True),
-    l03_chunk("each chunk's queries against every earlier key", source=CHUNK_SQUARE_IN_PIECES, hint=CHUNK_IN_PIECES),
+    l03_chunk("each chunk's queries against every earlier key", source=CHUNK_SQUARE_IN_PIECES, hint=CHUNK_IN_PIECES, slow=True),
     l03_chunk("each chunk's queries against every earlier key, einsum into o", source=CHUNK_SQUARE_IN_PIECES_EINSUM, hint=CHUNK_IN_PIECES, slow=True),
     l03_chunk("float64 result for float32 inputs", ("B, H, T, D_k = q.shape", "q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
               hint=CHUNK_FLOAT64_OUT),
@@ -1079,7 +1079,7 @@ def l03_gated(name, *edits, hint=None, source=None, hidden_only=False, slow=Fals
 
 CASES += [
     # right: at least 20 forms
-    l03_gated("solution"),
+    l03_gated("solution", slow=True),
     l03_gated("einsum throughout, masked_fill before exp", source=GATED_EINSUM, slow=True),
     l03_gated("Mamba-2's segsum inside each chunk", source=GATED_SEGSUM, slow=True),
     l03_gated("Mamba-2's ssd_minimal: no Python loop, chunk states by a segsum over chunks", source=GATED_SSD_MINIMAL, slow=True),
