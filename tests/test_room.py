@@ -223,6 +223,25 @@ exec(compile(ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[])), 
     "a code object built by hand": ("(lambda: 1).__code__.replace(co_consts=(2,))", "the room was given a code object"),
     "ast.parse replaced": ("ast.parse = lambda *a, **k: ast.Module(body=[], type_ignores=[])\n"
                            "exec(compile(text, '<x>', 'exec'), {})", "the room was given the code of"),
+    "a future flag that widens the grammar": ("exec(compile('assert 0 <> 1\\n' + text, '<x>', 'exec', "
+                                              "flags=0x400000, dont_inherit=True), {})", "the room was given the code of"),
+    "a coding line the compile of a str ignores": ("exec('# coding: bogus\\n' + text, {})",
+                                                    "the room was given the code of"),
+    "a key of a node's attributes that compares equal only outside the guard": (
+        """class Key(str):
+    __hash__ = str.__hash__
+    def __eq__(self, other):
+        f = sys._getframe(1)
+        while f is not None:
+            if f.f_globals.get("__name__") == "_room_guard":
+                return False
+            f = f.f_back
+        return str.__eq__(self, other)
+tree = parsed     # parsed before the guard: a parse of the text alone would be stopped
+fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_parallel")
+fn.__dict__[Key("body")] = fn.__dict__.pop("body")
+fn.__dict__["body"] = [ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=4)]
+exec(compile(tree, "<x>", "exec"), {})""", "the room's guard could not read what it was given"),
     "gc": ("import gc\ngc.get_objects()", "the room's code reached for the grader's guard (gc.get_objects)"),
     "its own memory": ("open('/proc/self/mem', 'rb')", "the room opened its own memory"),
     "a syntax tree class changed": ("ast.FunctionDef.body = property(lambda self: [])\ncompile('x = 1', '<x>', 'exec')",
@@ -244,7 +263,7 @@ def test_the_guard_stops_the_room_given_the_forbidden_modules_code_however_it_is
     run, wanted = GUARD_CASES[case]
     stop = tmp_path / "stop"
     script = tmp_path / "guard.py"
-    script.write_text(f'''import ast, base64, marshal, textwrap, types, zlib
+    script.write_text(f'''import ast, base64, marshal, sys, textwrap, types, zlib
 linear = open({str(REPO / "mlexp" / "ops" / "linear.py")!r}).read()    # read, never imported (no torch here)
 kvcache = open({str(REPO / "mlexp" / "kvcache.py")!r}).read()
 text = linear.replace("_recurrent", "mine")
@@ -252,6 +271,7 @@ packed = base64.b64encode(zlib.compress(text.encode()))
 parallel = next(n for n in ast.parse(linear).body if getattr(n, "name", "") == "_parallel")
 body = textwrap.dedent("\\n".join(ast.get_source_segment(linear, parallel).splitlines()[1:]))
 code = marshal.dumps(compile(ast.Module([parallel], []), "linear.py", "exec").co_consts[0])
+parsed = ast.parse(linear)
 {guard_program(("mlexp.ops",), stop, strict=False)}
 {run}
 print("ran")
@@ -263,6 +283,49 @@ print("ran")
     else:
         assert out.returncode == STOP_EXIT, (out.returncode, out.stdout, out.stderr[-2000:])
         assert stop.read_text().startswith(wanted), stop.read_text()
+
+
+def test_no_other_thread_changes_a_syntax_tree_between_the_guards_reading_and_the_compilers(tmp_path):
+    """Another thread swaps a function's body in a tree for the library's while the guard reads
+    the tree (late in its reading, where the compiler reads next): the guard reads the tree the
+    compiler reads (no other thread runs from its reading to the compiled code's run), so the
+    library's body is never compiled unseen."""
+    import subprocess
+    import sys
+    from autograder.engine.room_guard import STOP_EXIT, guard_program
+    stop = tmp_path / "stop"
+    script = tmp_path / "race.py"
+    script.write_text(f'''import ast, threading, time
+linear = open({str(REPO / "mlexp" / "ops" / "linear.py")!r}).read()
+fn = next(n for n in ast.parse(linear).body if isinstance(n, ast.FunctionDef) and n.name == "_parallel")
+pads = ast.parse("\\n".join(f"def pad{{i}}(x):\\n" + "    x = x + 1\\n" * 40 + "    return x" for i in range(150)))
+tree = ast.Module(body=[fn] + pads.body, type_ignores=[])
+library, benign = fn.body, [ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=4)]
+fn.body = benign
+import queue
+asks = queue.Queue()
+def flip():            # started before the guard, as ipykernel's threads are
+    while True:
+        time.sleep(asks.get())
+        fn.body = library
+threading.Thread(target=flip, daemon=True).start()
+{guard_program(("mlexp.ops",), stop, strict=False)}
+start = time.perf_counter()
+compile(tree, "<x>", "exec")          # how long the guard takes to read the tree
+took = time.perf_counter() - start
+for share in (0.95, 0.9, 0.8, 0.7, 0.5):
+    fn.body = benign
+    asks.put(share * took)
+    code = compile(tree, "<x>", "exec")
+    parallel = next(c for c in code.co_consts if getattr(c, "co_name", "") == "_parallel")
+    if "tril_" in parallel.co_names:
+        print("the library compiled unseen")
+print("ran")
+''')
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert "unseen" not in out.stdout, out.stdout
+    assert out.returncode == STOP_EXIT, (out.returncode, out.stdout, out.stderr[-2000:])
+    assert stop.read_text().startswith("the room was given the code of mlexp.ops.linear._parallel"), stop.read_text()
 
 
 def test_the_guard_reads_no_global_name():

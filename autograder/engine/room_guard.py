@@ -86,6 +86,8 @@ def _kit(strict: bool) -> dict:
         "str": str, "list": list, "tuple": tuple, "frozenset": frozenset, "sorted": sorted,
         "leaves": (str, bytes, int, float, complex, bool, type(None), type(Ellipsis)),
         "BaseException": BaseException, "LookupError": LookupError, "unparsable": (SyntaxError, ValueError, TypeError, MemoryError, RecursionError),
+        "barry": __import__("__future__").CO_FUTURE_BARRY_AS_BDFL, "sleep": __import__("time").sleep,
+        "setswitchinterval": sys.setswitchinterval, "interval": sys.getswitchinterval(),
         "compile": compile, "only_ast": _ast.PyCF_ONLY_AST | _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
         "sha1": sha1, "getframe": sys._getframe, "bisect": _bisect.bisect_left,
         "ids": tuple(id(c) for c in classes), "classes": tuple(classes),
@@ -124,8 +126,10 @@ def _make(kit: dict, library: tuple, share: float, stop_path: str):
     _getsignal, _handlers, _int_handlers, SIGINT = kit["getsignal"], kit["handlers"], kit["int_handlers"], kit["SIGINT"]
     _loader, _roots, NAME = kit["bytecode_loader"], kit["roots"], kit["name"]
     _BaseException, _unparsable, Strange = kit["BaseException"], kit["unparsable"], kit["LookupError"]
+    BARRY, _switch, _interval, _sleep = kit["barry"], kit["setswitchinterval"], kit["interval"], kit["sleep"]
+    HOLD = 1000.0
     BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
-    WATCHED = frozenset(("compile", "marshal.loads", "marshal.load", "code.__new__", "import", "open",
+    WATCHED = frozenset(("compile", "exec", "marshal.loads", "marshal.load", "code.__new__", "import", "open",
                          "os.symlink", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
                          "sys._current_frames", "_thread.start_new_thread"))
     MISSING = object()
@@ -146,7 +150,11 @@ def _make(kit: dict, library: tuple, share: float, stop_path: str):
         return False
 
     def value(node, field):
-        return _node_dict(node).get(field)
+        d = _node_dict(node)
+        for key in d:        # exact str keys only: a lookup would call a str subclass's __eq__
+            if _type(key) is not _str:
+                raise Strange(key)
+        return d.get(field)
 
     def dump(node, head):
         t = _type(node)
@@ -258,6 +266,9 @@ def _make(kit: dict, library: tuple, share: float, stop_path: str):
             d = _class_dict(cls)
             if _len(d) != _len(items):
                 return "a class of Python's syntax tree was changed"
+            for k in d:
+                if _type(k) is not _str:
+                    return "a class of Python's syntax tree was changed"
             for k, v in items:
                 if d.get(k, MISSING) is not v:
                     return "a class of Python's syntax tree was changed"
@@ -280,6 +291,29 @@ def _make(kit: dict, library: tuple, share: float, stop_path: str):
                 _gc_enable()
         return tampered()
 
+    def parses(source):
+        """Every way the compile it was given for may read ``source``: the event carries a str's
+        UTF-8 bytes, whose compile ignored a coding line that a compile of the bytes obeys; a
+        future flag (``barry_as_FLUFL``) the compile may have been given, or inherited, widens
+        the grammar."""
+        texts = [source]
+        if _type(source) is _bytes and b"coding" in b"\n".join(source.split(b"\n", 2)[:2]):
+            texts.append(source.decode("utf-8", "replace"))
+        trees = []
+        for text in texts:
+            for flags in (_only_ast, _only_ast | BARRY):
+                try:
+                    trees.append(_compile(text, NAME, "exec", flags, True))
+                    break
+                except _unparsable:
+                    continue
+        if not trees and _type(source) is _bytes and _len(texts) == 1:
+            try:
+                trees.append(_compile(source.decode("utf-8", "replace"), NAME, "exec", _only_ast | BARRY, True))
+            except _unparsable:
+                pass
+        return trees
+
     def judge_text(source):
         why = tampered()     # first: nothing of the student's may run inside the parse below
         if why:
@@ -287,13 +321,17 @@ def _make(kit: dict, library: tuple, share: float, stop_path: str):
         was = _gc_on()
         _gc_off()
         try:
-            tree = _compile(source, NAME, "exec", _only_ast, True)
-        except _unparsable:
-            return None           # the compile it was given for fails too
+            trees = parses(source)
         finally:
             if was:
                 _gc_enable()
-        return judge_tree(tree)
+        if not trees:        # unreadable here: the compile fails too, or reads it otherwise
+            return "the room was given code its guard could not read" if _len(source) >= 80 else None
+        for tree in trees:
+            why = judge_tree(tree)
+            if why:
+                return why
+        return None
 
     judging = judge_text.__code__
 
@@ -355,8 +393,16 @@ def _make(kit: dict, library: tuple, share: float, stop_path: str):
                 return judge_text(args[0])
             _i = _bisect(_ids, _id(t))
             if _i < _len(_ids) and _ids[_i] == _id(t):
+                # A tree is the student's objects, which another thread could change between this
+                # reading and the compiler's: no other thread runs until the compiled code is run
+                # (the "exec" event below); one already waiting for its turn runs first, now.
+                _switch(HOLD)
+                _sleep(0)
                 return judge_tree(args[0])
             return judge_text(args[0])
+        if event == "exec":
+            _switch(_interval)
+            return None
         if event == "marshal.loads":
             return None if genuine(args[0]) else "the room was given byte code to load (marshal)"
         if event == "marshal.load":
