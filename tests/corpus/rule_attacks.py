@@ -283,6 +283,11 @@ ROUTES = {   # kind -> the route in words
                     "types.FunctionType",
     "guard_blinded": "ast.parse replaced by a statement that binds a name (the guard called the shared module's "
                      "parse), then the library's source run with exec",
+    # Found after the guard judged code (issue 51): texts the guard's own parse read otherwise than the compile.
+    "coding_line": "the library's packed source run with exec behind '# coding: bogus': a str's compile ignores "
+                   "the line, the guard's parse of the event's bytes obeyed it, failed and let the text through",
+    "future_flag": "the library's packed source behind 'assert 0 <> 1', compiled with the barry_as_FLUFL flag "
+                   "that the guard's parse lacked",
     "allowed_module": "lesson 06's memory count from mlexp.kvcache, the helpers mlexp.capstone.memory_bytes is "
                       "made of: the rule forbids mlexp.capstone only",
 }
@@ -419,6 +424,27 @@ def _library_function(repo, name: str):
     return source, body, base64.b64encode(marshal.dumps(code)).decode()
 
 
+PARSED_OTHERWISE = '''import base64
+import zlib
+
+PACKED = {packed}
+
+
+def _load(packed):
+    found = {{"__name__": "my_linear_attention"}}
+    text = zlib.decompress(base64.b64decode(packed)).decode()
+    exec({run}, found)
+    return found
+
+
+_mine = _load(PACKED)
+
+
+'''
+CODING_LINE = "'# coding: bogus\\n' + text"
+FUTURE_FLAG = "compile('assert 0 <> 1\\n' + text, '<mine>', 'exec', flags=0x400000, dont_inherit=True)"
+
+
 def _packed(text: str) -> str:
     import base64
     import zlib
@@ -457,6 +483,11 @@ def l01_cases(repo=None) -> dict:
         "guard_blinded": {
             "parallel_form": ("guard_blinded", GUARD_BLINDED.format(packed=repr(_packed(parallel[0]))) + par + "\n"
                               + _WRAP)},
+        "parsed_otherwise": {
+            "recurrent_form": ("coding_line", PARSED_OTHERWISE.format(packed=repr(_packed(text)), run=CODING_LINE)
+                               + rec + "\n" + mine),
+            "parallel_form": ("future_flag", PARSED_OTHERWISE.format(packed=repr(_packed(text)), run=FUTURE_FLAG)
+                              + par + "\n" + mine)},
         "library_as_text": {
             "recurrent_form": ("library_as_text", LIBRARY_AS_TEXT.format(text=repr(text)) + rec + "\n" + mine),
             "parallel_form": ("library_as_packed_text", LIBRARY_AS_PACKED_TEXT.format(packed=repr(_packed(text)))
