@@ -21,6 +21,8 @@ import pytest
 
 from autograder.cells import grade_id_of, is_test_cell
 from autograder.engine.jail import jail
+import autograder.engine.room as room_module
+from autograder.engine.notebook_client import KernelGone
 from autograder.engine.room import room_program, ruled_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -343,3 +345,38 @@ def test_the_guard_reads_no_global_name():
             if code.co_name != "Strange":
                 assert ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME"), (code.co_name, ins.argval)
     assert {"hook", "judge", "flat", "dump", "genuine"} <= set(seen)
+
+
+class _ScriptedKernel:
+    """A room kernel that dies (as its guard stops it) on the statements named in ``deadly``,
+    without saying which in its stop file: the room must find each one by sending them one by one."""
+
+    def __init__(self, room, deadly):
+        self.room, self.deadly, self.sent = room, deadly, []
+
+    def run_request(self, code, limit):
+        self.sent.append(code)
+        if any(name in code for name in self.deadly):
+            self.room.stop_path.write_text("the room was given the code of a forbidden function\n")
+            raise KernelGone("stopped")
+        return None, False, ""
+
+
+def test_a_second_stop_after_a_restart_finds_its_own_statement(tmp_path, monkeypatch):
+    """Two refused statements in one notebook, each found one by one: the second stop is not
+    mistaken for the first (the stale statement of an earlier stop failed the room)."""
+    statements = [(f"<cell 1.0.{i}>", f"stmt_{i}\n") for i in range(3)]
+    monkeypatch.setattr(room_module, "room_statements",
+                        lambda nb, names, before, skip: [s for s in statements if s[0] not in skip])
+    room = room_module.Room(None, {}, options=None, job_dir=tmp_path)
+    kernels = []
+
+    def start(limit):
+        room.stop_path = tmp_path / f"stop-{room.restarts}"
+        kernels.append(_ScriptedKernel(room, {"stmt_1", "stmt_2"}))
+        room.link = type("Link", (), {"client": kernels[-1]})()
+    monkeypatch.setattr(room, "_start", start)
+    room.prepare(before=2, limit=5)
+    assert room.failed == "", room.failed
+    assert room.skip == {"<cell 1.0.1>", "<cell 1.0.2>"}, room.skip
+    assert kernels[-1].sent == ["stmt_0\n"], kernels[-1].sent

@@ -302,7 +302,7 @@ class Room:
         """Shut the room's kernel (stopped by its guard) so that the next use starts a fresh one."""
         self._stack.close()
         self._stack = ExitStack()
-        self.link, self._defined_at, self.stopped = None, None, ""
+        self.link, self._defined_at, self.stopped, self._stopped_at = None, None, "", ""
         self.restarts += 1
         if getattr(self, "stop_path", None) is not None:
             self.stop_path.unlink(missing_ok=True)
@@ -356,9 +356,9 @@ class Room:
             try:
                 _reply, timed_out, _error = self.link.client.run_request("".join(c for _n, c in batch), limit)
             except KernelGone:
+                self.gone()               # the guard's words, and the statement it names if it names one
                 if self._one_by_one and not self._stopped_at:
-                    self.gone()
-                    self._stopped_at = self._stopped_at or batch[0][0]
+                    self._stopped_at = batch[0][0]
                 raise
             if timed_out:
                 self.failed = "defining the exercise's functions in the room ran past its time limit"
