@@ -185,34 +185,47 @@ def graded_cells(lesson: str, student: dict):
         torch.set_num_threads(threads)
 
 
-def run_lesson(lesson: str, answers: dict | None = None, *, mode: str = "grader", only=None) -> LessonRun:
+def run_lesson(lesson: str, answers: dict | None = None, *, mode: str = "grader", only=None,
+               share: bool = False) -> LessonRun:
     """Run ``lesson``'s setup cells, answer cells and test cells in order.
 
     answers: {grade_id: source} for answer cells; the others keep the solution's source (pass
     ``blank_answers(lesson)`` merged in for a student who left them untouched). mode: "grader"
     (each test cell in its own namespace across the boundary) or "self" (in a copy of the
     student's namespace). only: test grade_ids to run (default all). Each test cell runs twice,
-    as released (visible part) and in full (with its hidden tests).
+    as released (visible part) and in full (with its hidden tests). share: a test cell whose
+    :func:`inputs_of_test` this process has run already takes that run's outcome instead of running
+    again (the demo students of a lesson mostly share the answers a costly test reads).
     """
     if mode not in ("grader", "self"):
         raise ValueError(f"mode must be 'grader' or 'self', got {mode!r}")
     sources = {**solution_answers(lesson), **(answers or {})}
     run = LessonRun()
     student = {"__name__": STUDENT_MODULE, "__builtins__": builtins}
+    before = []                                 # (grade_id, source) of the answer cells run so far
     for kind, cell, gid in graded_cells(lesson, student):
         if kind == "answer":
+            before.append((gid, sources[gid]))
             try:
                 _exec(sources[gid], student, f"{lesson}:{gid}")
             except Exception as exc:           # the notebook goes on after a failing cell
                 run.answer_errors[gid] = f"{type(exc).__name__}: {exc}"
         elif only is None or gid in only:
             for part, source in (("visible", visible_part(cell.source)), ("full", cell.source)):
+                key = (lesson, mode, source, inputs_of_test(source, before)) if share else None
+                if key in _SHARED:
+                    run.outcomes[gid, part], seen = _SHARED[key]
+                    run.violations += seen
+                    continue
                 if mode == "grader":
                     ns = grader_namespace(student, run.violations)
                 else:
                     ns = dict(student)
+                already = len(run.violations)
                 run.outcomes[gid, part] = run_test_cell(source, ns, f"{lesson}:{gid}:{part}",
                                                         grade_meta(cell).get("points"))
+                if key is not None:
+                    _SHARED[key] = run.outcomes[gid, part], run.violations[already:]
     if mode == "grader":
         _source_verdicts(lesson, sources, run)
     return run
@@ -236,6 +249,131 @@ def _source_verdicts(lesson: str, sources: dict, run: LessonRun) -> None:
         hint = audit.forbidden.get(gid) or audit.loops.get(gid)
         if hint and outcome.status in ("pass", "partial"):
             run.outcomes[gid, part] = Outcome("fail", hint)
+
+
+
+_SHARED = {}    # run_lesson(share=True): {(lesson, mode, test source, inputs_of_test): (Outcome, violations)}
+# Calls and names by which a cell may change what it does not bind: torch's and numpy's settings,
+# the random generators, a global, an attribute of anything by name, a module, builtins, text run.
+_REACHES_OUT = re.compile(r"\bset(_\w+|err|printoptions)\(|\buse_\w+\(|seed|\brand\w*\(|\brandom\b|normal_|uniform_"
+                          r"|multinomial|bernoulli|shuffle|permutation|dropout|\bglobal\b|\bnonlocal\b"
+                          r"|\b(set|del)attr\b|\bglobals\b|\bvars\b|__import__|\bsys\b|\bexec\b|\beval\b"
+                          r"|\bimportlib\b|\bbuiltins\b|\bos\b")
+# A test cell that reads the namespace by a name it computes (``globals()`` with a literal name is
+# read as that name: the test's identifier-like strings count as names it reads).
+_BY_TEXT = re.compile(r"\b(locals|vars|eval|exec)\b|__dict__|__main__|sys\.modules")
+_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "add", "discard",
+             "sort", "reverse", "popitem"}
+
+
+def _changes_outside(node, local: set) -> bool:
+    """Whether ``node`` may change an object that is not one of the names in ``local``: an item or
+    attribute stored into, or a mutating method (``append``, a tensor's ``add_``) called on, a
+    name outside ``local`` (an over-approximation: ``self.x = ...`` counts as outside)."""
+    def base(n):
+        while isinstance(n, (ast.Attribute, ast.Subscript)):
+            n = n.value
+        return n.id if isinstance(n, ast.Name) else None
+
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            if base(n) not in local:
+                return True
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            attr = n.func.attr
+            if (attr in _MUTATORS or attr.endswith("_") and not attr.startswith("_")) and base(n.func.value) not in local:
+                return True
+    return False
+
+
+def _function_locals(fn) -> set:
+    args = fn.args
+    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a}
+    return names | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _top_bound(tree) -> set:
+    """The names the top level of a cell binds (not a function's locals)."""
+    bound = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(stmt.name)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        else:
+            bound.update(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    return bound
+
+
+def _plain(tree) -> bool:
+    """A cell whose statements only bind names: defs and classes without decorators (a class
+    with no bases) whose bodies change nothing outside their own names, imports, and assignments
+    to names and calls (a ``print``) that change nothing outside what the cell binds."""
+    top = _top_bound(tree)
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defaults = [d for d in (*stmt.args.defaults, *stmt.args.kw_defaults) if d is not None]
+            if stmt.decorator_list or not all(isinstance(d, ast.Constant) for d in defaults) \
+                    or _changes_outside(stmt, _function_locals(stmt)):
+                return False
+        elif isinstance(stmt, ast.ClassDef):
+            if stmt.decorator_list or stmt.bases or stmt.keywords or not all(
+                    isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                    or isinstance(s, ast.FunctionDef) and _plain(ast.Module(body=[s], type_ignores=[]))
+                    for s in stmt.body):
+                return False
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
+            continue
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)):
+            if _changes_outside(stmt, top):
+                return False
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            if not all(t is None or all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Load, ast.Store))
+                                        for n in ast.walk(t)) for t in targets):
+                return False
+        else:
+            return False
+    return True
+
+
+def _cell_names(source: str):
+    """(plain, names bound, names read) of an answer cell: a plain cell (:func:`_plain`, and none
+    of :data:`_REACHES_OUT`) binds only what its top level binds; None if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    bound, read = _names(tree)
+    plain = not _REACHES_OUT.search(source) and _plain(tree)
+    return plain, (_top_bound(tree) if plain else bound), read
+
+
+def inputs_of_test(test_source: str, answers: list) -> tuple:
+    """The answer cells, of ``answers`` ([(grade_id, source)] in notebook order, those run before
+    the test), that can change what the test cell ``test_source`` computes: each that binds a
+    name the test reads, or that such a cell reads, and so on; and each that is not plain (it
+    does more than bind names: :func:`_plain`, :data:`_REACHES_OUT`) or does not
+    parse, whatever it binds; every cell if the test reads the namespace by a computed name.
+    Two runs whose setup cells are the lesson's and whose test inputs are equal run the test
+    alike, unless an answer reaches an object another cell bound through a name of its own."""
+    cells = [_cell_names(source) for _, source in answers]
+    if _BY_TEXT.search(test_source):     # it reads the namespace by a name it computes: all of it
+        return tuple(answers)
+    chosen = {i for i, c in enumerate(cells) if c is None or not c[0]}
+    tree = ast.parse(test_source)
+    needed = set(_names(tree)[1]) | {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                                     and isinstance(n.value, str) and n.value.isidentifier()}
+    for i in chosen:
+        needed |= cells[i][2] if cells[i] is not None else set()
+    grew = True
+    while grew:
+        grew = False
+        for i, c in enumerate(cells):
+            if i not in chosen and c[1] & needed:
+                chosen.add(i)
+                needed |= c[2]
+                grew = True
+    return tuple(answers[i] for i in sorted(chosen))
 
 
 # ------------------------------------------------------------------------------ static rule 4

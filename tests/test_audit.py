@@ -158,6 +158,7 @@ def test_lesson_cells_count_as_the_lessons_even_from_another_edition(l01):
     assert audit_notebook(nb, ()).reasons() == [], "and never held: it is what the course wrote"
 
 
+@pytest.mark.slow     # reads every solution and demo notebook (about 15 s)
 def test_no_answer_of_the_course_is_flagged():
     """Every solution notebook and every demo student: nothing dynamic, nothing copied; a rule
     broken only where the demo catalogue expects the rule's hint on that test."""
@@ -178,6 +179,46 @@ def test_no_answer_of_the_course_is_flagged():
             assert student and "loop" in expects[student].get(grade_id, ""), (path, audit.loops)
         checked += 1
     assert checked > 100
+
+
+SPLIT_PASTE = """def _part_one(q, k, v, S0):
+    A = (q @ k.transpose(-1, -2)).tril_()
+    o = A @ v + q @ S0
+    S = S0 + k.transpose(-1, -2) @ v
+    return A, o, S
+
+
+def _part_two(q, k, v, S0, z0, eps):
+    A, o, S = _part_one(q, k, v, S0)
+    z = None
+    if z0 is not None:
+        den = A.sum(-1) + (q @ z0[..., None])[..., 0]
+        o = o / (den[..., None] + eps)
+        z = z0 + k.sum(2)
+    return o, S, z
+
+
+def parallel_linear_attention(q, k, v, normalize=True):
+    S0 = q.new_zeros(q.shape[:2] + (q.shape[-1], v.shape[-1]))
+    z0 = q.new_zeros(q.shape[:2] + q.shape[-1:]) if normalize else None
+    return _part_two(q, k, v, S0, z0, 1e-6)[0]
+"""
+
+
+def test_a_paste_split_into_helpers_is_found_as_one(l01):
+    """mlexp.ops.linear._parallel's statements in two helpers (each under COPY_SHARE of it alone) that
+    the ruled function reads: found as the code of _parallel, for the exercise whose function reads
+    them, in either order of definition; the honest answer with helpers of its own is not."""
+    lesson, _solution, good = l01
+    one, two, caller = SPLIT_PASTE.split("\n\n\n")
+    for source in (SPLIT_PASTE, "\n\n\n".join((two, one, caller))):
+        nb = copy.deepcopy(good)
+        nb.cells[corpus._index(nb, "parallel_form")].source = source
+        audit = audit_notebook(nb, lesson_code(lesson))
+        assert [(what, test) for _, what, test in audit.copies] == [
+            ("parallel_linear_attention and the functions it reads are the code of mlexp.ops.linear._parallel",
+             "test_parallel_form")], audit.copies
+    assert audit_notebook(good, lesson_code(lesson)).copies == []
 
 
 def test_copies_are_found_in_code_given_to_exec_as_text():

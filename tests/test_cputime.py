@@ -1,8 +1,10 @@
 """autograder.engine.cputime: the CPU time of a process tree, read from outside, to the millisecond,
 threads that have ended included (issue 51, item 2)."""
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +113,49 @@ def test_a_control_group_counts_the_work_of_a_child_whose_parent_ignores_sigchld
     assert tree < 100_000_000, tree                 # the tree lost the child's 0.3 s
     assert counted > 250_000_000, counted           # the group did not
     assert not group.path.exists()
+
+
+MAKER = """
+import sys
+from autograder.engine.cputime import CpuGroup
+group = CpuGroup.create()
+print(group.path, flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_graders_control_groups_are_removed_by_the_next_one():
+    """A grader killed before it could close its kernel's group (issue 51: 38 groups were left on
+    this machine) leaves it to the next grader, which removes it and stops what still ran in it;
+    a live grader's group is kept."""
+    from autograder.engine.cputime import CpuGroup
+    mine = CpuGroup.create()
+    if mine is None:
+        pytest.skip("no control group can be made here (not root, nothing delegated)")
+    maker = subprocess.Popen([sys.executable, "-c", MAKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, cwd=Path(__file__).resolve().parent.parent)
+    left = sleeper = None
+    try:
+        left = Path(maker.stdout.readline().strip())
+        assert left.is_dir() and left.parent == mine.path.parent
+        sleeper = subprocess.Popen(["sh", "-c", f'echo $$ > {left}/cgroup.procs && exec sleep 60'])
+        deadline = time.monotonic() + 10
+        while str(sleeper.pid) not in (left / "cgroup.procs").read_text().split():
+            assert time.monotonic() < deadline, "the sleeper never joined the group"
+            time.sleep(0.02)
+        maker.kill()
+        maker.wait(10)
+        assert CpuGroup.sweep(mine.path.parent) == [left]
+        assert sleeper.wait(10) == -signal.SIGKILL      # the dead grader's kernel, stopped
+        assert mine.path.is_dir()                       # a live grader's group, kept
+        nxt = CpuGroup.create()
+        assert nxt is not None and mine.path.is_dir()
+        nxt.close()
+    finally:
+        maker.kill()
+        if sleeper is not None:
+            sleeper.kill()
+        if left is not None and left.exists():
+            CpuGroup(left, mine.v1).close()
+        mine.close()

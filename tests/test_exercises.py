@@ -47,7 +47,8 @@ class Case:
     ``modes``: where the verdict holds (an answer that fools only the student's own run, by
     changing the test's tensors in place, is judged by the grader alone). ``slow``: left out of
     make test-fast (a correct variant that runs the whole of a costly test cell, where the solution
-    and a cheaper variant already guard the fast run); make test runs it. ``partial``: the test gives
+    and a cheaper variant already guard the fast run, or a wrong one that only the test's timed
+    calls catch, seconds of work); make test runs it. ``partial``: the test gives
     partial credit and this answer gets that many of its points, the hint printed, not raised.
     """
     lesson: str
@@ -759,11 +760,11 @@ def l03_chunk(name, *edits, hint=None, source=None, hidden_only=False, slow=Fals
 
 
 CASES += [
-    l03_chunk("solution"),
+    l03_chunk("solution", slow=True),    # its timed calls take seconds: make test runs it
     l03_chunk("einsum and an explicit mask", source=CHUNK_EINSUM, slow=True),
     l03_chunk("in place into a preallocated output", source=CHUNK_IN_PLACE.format(range="range(0, T, chunk_size)"), slow=True),
     l03_chunk("states first, chunks in reverse", source=CHUNK_STATES_FIRST, slow=True),
-    l03_chunk("no Python loop (padded, cumsum of chunk states)", source=CHUNK_VECTORISED),
+    l03_chunk("no Python loop (padded, cumsum of chunk states)", source=CHUNK_VECTORISED, slow=True),
     l03_chunk("broadcast products, no matmul", source=CHUNK_BROADCAST, slow=True),
     l03_chunk("float64 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
               ("return torch.cat(out, dim=2)", "return torch.cat(out, dim=2).to(dtype)"), slow=True),
@@ -814,9 +815,9 @@ CASES += [
     l03_chunk("the library op from a helper with made-up library globals", source=CHUNK_FAKE_LIBRARY, hint=CHUNK_LIBRARY),
     l03_chunk("a token loop in TorchScript", source=CHUNK_TORCHSCRIPT, hint=CHUNK_WATCH),
     l03_chunk("with a progress bar over the chunks", (CHUNK_LOOP, "from tqdm import tqdm\n    for start in tqdm(range(0, T, chunk_size), leave=False):"), slow=True),
-    l03_chunk("a state for every token, one chunk at a time (cumsum)", source=CHUNK_STATES_IN_CHUNKS, hint=CHUNK_STATES_HINT),
+    l03_chunk("a state for every token, one chunk at a time (cumsum)", source=CHUNK_STATES_IN_CHUNKS, hint=CHUNK_STATES_HINT, slow=True),
     l03_chunk("a state for every token, one chunk at a time (triangular product)", source=CHUNK_STATES_BY_TRIL, hint=CHUNK_STATES_HINT, slow=True),
-    l03_chunk("each chunk's queries against every earlier key", source=CHUNK_SQUARE_IN_PIECES, hint=CHUNK_IN_PIECES),
+    l03_chunk("each chunk's queries against every earlier key", source=CHUNK_SQUARE_IN_PIECES, hint=CHUNK_IN_PIECES, slow=True),
     l03_chunk("each chunk's queries against every earlier key, einsum into o", source=CHUNK_SQUARE_IN_PIECES_EINSUM, hint=CHUNK_IN_PIECES, slow=True),
     l03_chunk("float64 result for float32 inputs", ("B, H, T, D_k = q.shape", "q, k, v = q.double(), k.double(), v.double()\n    B, H, T, D_k = q.shape"),
               hint=CHUNK_FLOAT64_OUT),
@@ -1078,10 +1079,10 @@ def l03_gated(name, *edits, hint=None, source=None, hidden_only=False, slow=Fals
 
 CASES += [
     # right: at least 20 forms
-    l03_gated("solution"),
-    l03_gated("einsum throughout, masked_fill before exp", source=GATED_EINSUM),
+    l03_gated("solution", slow=True),
+    l03_gated("einsum throughout, masked_fill before exp", source=GATED_EINSUM, slow=True),
     l03_gated("Mamba-2's segsum inside each chunk", source=GATED_SEGSUM, slow=True),
-    l03_gated("Mamba-2's ssd_minimal: no Python loop, chunk states by a segsum over chunks", source=GATED_SSD_MINIMAL),
+    l03_gated("Mamba-2's ssd_minimal: no Python loop, chunk states by a segsum over chunks", source=GATED_SSD_MINIMAL, slow=True),
     l03_gated("whole-sequence cumulative sum, used only through differences", source=GATED_WHOLE_CUMSUM_DIFFS, slow=True),
     l03_gated("in place into a preallocated output", source=GATED_IN_PLACE.format(range="range(0, T, chunk_size)"), slow=True),
     l03_gated("states first, chunks in reverse", source=GATED_STATES_FIRST, slow=True),
@@ -1144,12 +1145,12 @@ CASES += [
     l03_gated("float32 inside", ("B, H, T, D_k = q.shape", "dtype = q.dtype\n    q, k, v, g = q.float(), k.float(), v.float(), g.float()\n    B, H, T, D_k = q.shape"),
               (GATED_RETURN, "return torch.cat(out, dim=2).to(dtype)"), hint="went through float32 somewhere"),
     l03_gated("whole T x T decay mask, chunk_size ignored", source=GATED_WHOLE_MASK, hint=GATED_BOUND),
-    l03_gated("chunks, but a T x T decay mask sliced per chunk", source=GATED_WHOLE_MASK_SLICED, hint=GATED_BOUND),
+    l03_gated("chunks, but a T x T decay mask sliced per chunk", source=GATED_WHOLE_MASK_SLICED, hint=GATED_BOUND, slow=True),
     l03_gated("a state for every token of each chunk (a token loop inside)", source=GATED_STATES_IN_CHUNKS, hint="Loop over the T / C chunks only"),
-    l03_gated("a state for every token, one chunk at a time (triangular product)", source=GATED_STATES_BY_TRIL, hint=GATED_PER_TOKEN),
-    l03_gated("each chunk's queries against every earlier key", source=GATED_SQUARE_IN_PIECES, hint="the T x T product in pieces"),
+    l03_gated("a state for every token, one chunk at a time (triangular product)", source=GATED_STATES_BY_TRIL, hint=GATED_PER_TOKEN, slow=True),
+    l03_gated("each chunk's queries against every earlier key", source=GATED_SQUARE_IN_PIECES, hint="the T x T product in pieces", slow=True),
     l03_gated("chunks of a fixed 128 tokens, chunk_size ignored", ("start + chunk_size", "start + 128"), (GATED_LOOP, "for start in range(0, T, 128):"),
-              hint="chunk_size is not used"),
+              hint="chunk_size is not used", slow=True),
     l03_gated("unforeseen", (GATED_RETURN, "return 0.5 * torch.cat(out, dim=2)"), hint="differs from the token loop by up to"),
 ]
 
@@ -1586,7 +1587,7 @@ CASES = [replace(c, hidden_only=True) if c.hint is not None and (c.lesson, c.tes
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=pytest.mark.slow if c.slow else ()) for c in CASES])
 def test_answer_gets_its_verdict(case):
     for mode in case.modes:
-        run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test})
+        run = run_lesson(case.lesson, case.answers, mode=mode, only={case.test}, share=True)
         assert not run.violations, run.violations
         where = f"{case.id} ({mode})"
         check_outcome(run.outcomes[case.test, "full"], case.hint, where + " full", case.lesson, case.answers,
@@ -1635,13 +1636,16 @@ def test_an_exercise_with_no_part_right_fails_with_the_hint_of_each_part():
 
 
 FAST_STUDENTS = 2   # per lesson, in catalogue order, in make test-fast; make test runs every student
+# Lesson 03: every student whose chunkwise answers are right runs their timed calls (about 20 s, once per
+# run, shared), so make test-fast takes its blank student only; make test runs them all.
+FAST_CHOICE = {"03_gates_and_delta_rule": ["bea_blank"]}
 
 
 def _demo_params():
     for a in LESSONS:
-        for i, s in enumerate(CATALOG[a]["students"]):
-            yield pytest.param(a, s, id=f"{a[:2]}-{s}",
-                               marks=() if i < FAST_STUDENTS else pytest.mark.slow)
+        fast = FAST_CHOICE.get(a, list(CATALOG[a]["students"])[:FAST_STUDENTS])
+        for s in CATALOG[a]["students"]:
+            yield pytest.param(a, s, id=f"{a[:2]}-{s}", marks=() if s in fast else pytest.mark.slow)
 
 
 @pytest.mark.parametrize("lesson, student", list(_demo_params()))
@@ -1651,7 +1655,7 @@ def test_catalogued_student_gets_its_score_and_hints(lesson, student):
     answers.update(spec.get("answers", {}))
     points = points_per_test(lesson)
     for mode in MODES:
-        run = run_lesson(lesson, answers, mode=mode)
+        run = run_lesson(lesson, answers, mode=mode, share=True)
         assert not run.violations, run.violations
         score = 0
         for test, pts in points.items():
@@ -1803,7 +1807,8 @@ def test_every_catalogued_mistake_is_made_by_a_demo_student_or_an_answer_case(le
     tests = {mistakes[mid].test for mid in left}
     for case in CASES:
         if case.lesson == lesson and case.hint and case.test in tests and "grader" in case.modes:
-            outcome = run_lesson(lesson, case.answers, mode="grader", only={case.test}).outcomes[case.test, "full"]
+            outcome = run_lesson(lesson, case.answers, mode="grader", only={case.test},
+                                 share=True).outcomes[case.test, "full"]
             made.add(match_mistake(mistakes, case.test, outcome.message))
     assert not set(mistakes) - made, (f"no demo student or answer case makes "
                                       f"{sorted(set(mistakes) - made)}: add one to tests/test_exercises.py")
@@ -1820,3 +1825,23 @@ def test_lesson06_states_the_dtype_rule_where_the_student_reads_it():
     assert "the inputs' dtype" in docstring and "float32 in, float32 out" in docstring, docstring
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "float32 in, float32 out" in text
+
+
+def test_a_shared_test_run_keys_on_every_answer_cell_that_can_change_it():
+    """run_lesson(share=True) reuses a test's outcome across runs whose inputs_of_test are equal:
+    the cells that bind what the test reads (through helpers), every cell that does more than bind
+    names, and every cell when the test reads the namespace by a computed name."""
+    from exercise_runner import inputs_of_test
+    cells = [("helper", "def g(x):\n    return x + 1\n"),
+             ("ruled", "def f(x):\n    '''doc'''\n    out = [0]\n    out[0] = g(x)\n    return out\n"),
+             ("other", "def h(x):\n    return 2 * x\nWHY = 'b'\n"),
+             ("values", "S = torch.outer(torch.ones(2), torch.ones(2))\nprint(S)\n")]   # torch: the setup's
+    keys = lambda test, extra=(): [gid for gid, _ in inputs_of_test(test, cells + list(extra))]  # noqa: E731
+    assert keys("assert f(1) == [2]") == ["helper", "ruled"]
+    assert keys('assert "WHY" in globals() and globals()["WHY"] == "b"') == ["other"]
+    assert keys("assert eval('f')(1) == [2]") == ["helper", "ruled", "other", "values"]
+    for reaching in ("torch.manual_seed(1)\n", "def k():\n    global WHY\n    WHY = 'a'\n", "S[0, 0] = 5.0\n",
+                     "def k(x):\n    S.add_(x)\n    return x\n", "import sys\nsys.setrecursionlimit(50)\n",
+                     "@torch.no_grad()\ndef k(x):\n    return x\n", "def k(x, y=torch.ones(2)):\n    return x\n",
+                     "def k(x):\n    return x +\n"):
+        assert {"helper", "ruled", "late"} <= set(keys("assert f(1) == [2]", [("late", reaching)])), reaching

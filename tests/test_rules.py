@@ -529,6 +529,27 @@ def test_work_grows_fails_a_fixed_cost_added_to_every_call_by_the_time_the_refer
     rules.work_grows(linear, lambda T: (torch.ones(T),), slowest=4, **kwargs)
 
 
+def test_work_grows_takes_the_checksum_off_by_its_least_reading_not_call_by_call():
+    """A grader's proxy reports each call's CPU time and, apart, the kernel's checksum of the result as
+    the grader timed it. One slow reading of the checksum (the grader's own neighbour) taken off its
+    own call made an honest short call read as too little work: a growth of x9 in CI for a form that
+    grows x4. Each is noise that only adds, so each keeps its least, and the least checksum comes off
+    the least call."""
+    readings = {1000: iter([(0.020, 0.002), (0.021, 0.016), (0.020, 0.002), (0.022, 0.002), (0.020, 0.002)]),
+                4000: iter([(0.062, 0.004)] * 5)}
+
+    class Proxy:
+        __name__ = "honest"
+
+        def _measured_call(self, args, kwargs, expected):
+            seconds, off = next(readings[args[0].shape[-1]])
+            return seconds, None, off
+    rules.work_grows(Proxy(), lambda T: (torch.ones(T),), lengths=(1000, 4000), at_most=8, too_fast="quadratic",
+                     reference=lambda x: x * 2)         # (0.062 - 0.004) / (0.020 - 0.002): x3.2
+    for rest in readings.values():
+        assert next(rest, None) is None                 # every reading was used
+
+
 PEAK = r"""
 import torch
 from mlexp import rules

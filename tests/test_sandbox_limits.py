@@ -118,3 +118,22 @@ def test_at_j2_a_student_who_fills_its_space_breaks_no_neighbour(tmp_path, tmpdi
     assert third["fills_its_space"].reused and not third["ok_correct"].reused
     assert (third["ok_correct"].status, third["ok_correct"].score) == ("graded", 6)
 
+
+
+@pytest.mark.parametrize("base", ["/tmp", "/var/tmp"])
+def test_a_python_reached_through_a_linked_venv_runs_in_the_sandbox(base):
+    """A checkout whose ``.venv`` is a link to another's (the folders are mounted at their resolved
+    paths, the kernel started as ``sys.executable`` says): the sandbox shows the link too."""
+    import subprocess
+    where = Path(tempfile.mkdtemp(prefix="autograder-linked-", dir=base))
+    try:
+        (where / ".venv").symlink_to(Path(sys.prefix).resolve())
+        python = where / ".venv" / "bin" / Path(sys.executable).name
+        out = subprocess.run([str(python), "-c", "from autograder.engine.jail import jail; import json; "
+                                                 "print(json.dumps(jail.probe()))"],
+                             capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+        assert out.returncode == 0, out.stderr[-2000:]
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+        assert found["ok"], found["why"]
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

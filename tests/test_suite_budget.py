@@ -87,6 +87,7 @@ def pytest_collection_finish(session):
 """
 
 
+@pytest.mark.slow     # runs pytest twice in a subprocess (about 9 s)
 def test_module_fixtures_keep_their_tests_on_one_xdist_worker(tmp_path):
     """Collected as `make test` collects them: each test reading graded_lessons is grouped by its
     lesson, each test of the JupyterLab server and of the book by its module, and the full-size
@@ -131,6 +132,7 @@ def test_free(i):
 '''
 
 
+@pytest.mark.slow     # runs pytest in a subprocess (about 6 s)
 def test_xdist_runs_a_module_fixtures_tests_on_one_worker_and_builds_it_once(tmp_path):
     """Run, not just collected: two workers with --dist loadgroup, this suite's conftest, and a
     module-scoped fixture read by six tests. It must be built once, in one worker. It was built on

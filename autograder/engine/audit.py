@@ -49,7 +49,7 @@ from pathlib import Path
 from autograder.cells import grade_id_of, is_test_cell
 from autograder.engine.audit_code import code_in_strings, dynamic_code, machinery_touched, sequence_loops
 from autograder.engine.audit_names import FUNCTIONS, Bindings, closure, import_modules, attribute_paths, free_loads
-from autograder.engine.copies import copied_library_code, library_source_read
+from autograder.engine.copies import copied_in_pieces, copied_library_code, library_source_read
 from autograder.engine.rule_args import rule_calls
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
@@ -279,6 +279,14 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
             if (test or not fn or what in in_exec) and not any(w == what for _, w, _ in out.copies):
                 out.copies.append((number, what, test))
     for grade_id, found in rules.items():
+        for test_cell, fn, *_ in found:
+            defs = {id(b.node): b for _, b in _closure(fn, test_cell, bindings, student_cells)
+                    if isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            defs = sorted(defs.values(), key=lambda b: (b.cell, b.node.lineno))
+            name = copied_in_pieces([b.node for b in defs]) if len(defs) > 1 else None
+            what = f"{fn} and the functions it reads are the code of {name}"
+            if name and not any(test == grade_id for _, _, test in out.copies):
+                out.copies.append((defs[0].cell, what, grade_id))
         for test_cell, fn, forbid, instead, rule, over in found:
             hint = _forbidden_use(fn, test_cell, forbid, instead, bindings, student_cells)
             if hint:

@@ -15,7 +15,7 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["copied_library_code", "copy_of", "library_source_read", "COPY_MIN_STATEMENTS"]
+__all__ = ["copied_library_code", "copied_in_pieces", "copy_of", "library_source_read", "COPY_MIN_STATEMENTS"]
 
 COPY_MIN_STATEMENTS = 6      # a library function this small is what anyone would write
 COPY_SHARE = 0.85            # of a library function's statements, in its order, that make a copy
@@ -125,6 +125,18 @@ def copied_library_code(tree, exec_only=False) -> list:
             if name and what not in said:
                 said.append(what)
     return said
+
+
+def copied_in_pieces(functions) -> str | None:
+    """The library function that ``functions`` (a ruled function and the helpers it reads, as
+    ``def`` nodes in notebook order) hold together, COPY_SHARE of its statements in its order
+    (a paste split into helpers, each under COPY_SHARE alone), in their order or the reverse
+    (a helper defined after its caller); None when they are not one."""
+    for order in (functions, functions[::-1]):
+        name = copy_of([s for node in order for s in _flat(node.body)], _library_shapes())
+        if name:
+            return name
+    return None
 
 
 def copy_of(mine, library):

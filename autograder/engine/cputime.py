@@ -163,7 +163,9 @@ class CpuGroup:
             if not mine:
                 continue
             rel = os.path.relpath(mine[0], fields[3])      # this process's group, from the mount's root
-            path = Path(fields[4], "" if rel == "." else rel, f"autograder-{secrets.token_hex(6)}")
+            parent = Path(fields[4], "" if rel == "." else rel)
+            cls.sweep(parent)
+            path = parent / f"{cls._owner_prefix()}{secrets.token_hex(6)}"
             try:
                 path.mkdir()
             except OSError:
@@ -175,6 +177,38 @@ class CpuGroup:
             except (OSError, ValueError):
                 group.close()
         return None
+
+    @staticmethod
+    def _namespace_prefix() -> str:
+        """The start of the names of this pid namespace's groups: ``autograder-NS-``."""
+        return f"autograder-{os.stat('/proc/self/ns/pid').st_ino}-"
+
+    @classmethod
+    def _owner_prefix(cls) -> str:
+        """A group's name starts with its maker's pid namespace and pid: ``autograder-NS-PID-``."""
+        return f"{cls._namespace_prefix()}{os.getpid()}-"
+
+    @classmethod
+    def sweep(cls, parent: Path) -> list:
+        """Close the groups under ``parent`` that a grader made and could not remove: its process
+        was killed (SIGKILL, an out-of-memory kill, a lost machine) before :meth:`close` ran. Only
+        groups of this pid namespace whose maker is gone are touched (what is left in them, the
+        dead grader's kernel, is stopped); a running grader's groups, and those of graders in other
+        namespaces, are kept. Returns the paths removed."""
+        try:
+            prefix = cls._namespace_prefix()
+            names = [p for p in Path(parent).iterdir() if p.name.startswith(prefix)]
+        except OSError:
+            return []
+        removed = []
+        for path in names:
+            pid = path.name.split("-")[2]
+            if not pid.isdigit() or Path("/proc", pid).exists():
+                continue
+            cls(path, (path / "cpuacct.usage").exists()).close(wait=1.0)
+            if not path.exists():
+                removed.append(path)
+        return removed
 
     def ns(self) -> int:
         """Nanoseconds of CPU every process that has run in the group used so far."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import stat
 import subprocess
 from contextlib import ExitStack
 from dataclasses import replace
@@ -51,10 +52,10 @@ from autograder.engine.audit_names import Bindings, closure, free_loads
 from autograder.engine.calls import KernelLink
 from autograder.engine.cputime import CpuGroup
 from autograder.engine.jail import jail
-from autograder.engine.notebook_client import HarnessClient, SandboxKernelManager, StudentTimeout
-from autograder.engine.room_guard import guard_program
+from autograder.engine.notebook_client import HarnessClient, KernelGone, SandboxKernelManager, StudentTimeout
+from autograder.engine.room_guard import STOP_FILE, guard_program
 
-__all__ = ["ruled_names", "room_program", "Room", "RoomLink"]
+__all__ = ["ruled_names", "room_program", "room_statements", "Room", "RoomLink"]
 
 def ruled_names(nb) -> dict:
     """{function name: (forbid modules, instead)} of every rule with a ``forbid`` in the
@@ -105,11 +106,18 @@ def _statements(nb):
     return bindings, where, settings
 
 
-def room_program(nb, names, before: int) -> str:
+def room_program(nb, names, before: int, skip=frozenset()) -> str:
+    """:func:`room_statements` as one program."""
+    return "".join(code for _name, code in room_statements(nb, names, before, skip))
+
+
+def room_statements(nb, names, before: int, skip=frozenset()) -> list:
     """The Python that defines ``names`` in a room as the notebook holds them when its cell
     number ``before`` (1-based, the test cell) runs: every statement their bindings are made of,
     followed name by name, in notebook order, each in a ``try`` of its own; and the settings
-    made before it (``torch.set_num_threads(1)``, ``torch.manual_seed(0)``, :data:`_SETTINGS`)."""
+    made before it (``torch.set_num_threads(1)``, ``torch.manual_seed(0)``, :data:`_SETTINGS`).
+    [(name, code)]: each is compiled under its name ``<cell N.part.position>``; ``skip``: such
+    names left out (statements the room's guard refused)."""
     bindings, where, settings = _statements(nb)
     chosen, roots = {}, list(names)
     for cell, stmt in settings:
@@ -120,11 +128,13 @@ def room_program(nb, names, before: int) -> str:
         if id(b.node) in where:     # not a function's `global` statement: the function's own binding counts
             chosen[id(b.node)] = where[id(b.node)]
     parts = []
-    for cell, _part, _position, stmt in sorted(chosen.values(), key=lambda p: p[:3]):
-        # compiled one by one, so that the room's guard (room_guard) refuses a statement alone
-        parts.append(f"try:\n    exec(compile({ast.unparse(stmt)!r}, '<cell {cell}>', 'exec'), globals())\n"
-                     "except Exception:\n    pass\n")
-    return "".join(parts)
+    for cell, part, position, stmt in sorted(chosen.values(), key=lambda p: p[:3]):
+        # compiled one by one, so that a statement the room's guard refuses can be left out alone
+        name = f"<cell {cell}.{part}.{position}>"
+        if name not in skip:
+            parts.append((name, f"try:\n    exec(compile({ast.unparse(stmt)!r}, {name!r}, 'exec'), globals())\n"
+                                "except Exception:\n    pass\n"))
+    return parts
 
 
 def _rule_hint(name: str, forbid, instead: str, why: str) -> str:
@@ -148,22 +158,47 @@ del _s, _Hidden
 """
 
 
-class RoomLink(KernelLink):
-    """A KernelLink to the room: a call that fails there for want of a hidden module fails with
-    the rule's hint (the function needs what the exercise forbids)."""
+# Imported in a room before its guard, unless a rule forbids one (Room._start).
+_PRELOAD = ("math", "numpy", "torch", "torch.nn.functional")
+# Run before the guard too: no other process of the sandbox (a child the student's code starts) may
+# open the room's memory (/proc/PID/mem needs the right to trace it; the guard refuses the room's own).
+_NOT_DUMPABLE = "__import__('ctypes').CDLL(None).prctl(4, 0, 0, 0, 0)"    # PR_SET_DUMPABLE, 0
 
-    def __init__(self, client, rules: dict):
+
+MAX_RESTARTS = 4          # rooms started again after their guard stopped them, per notebook
+_STATEMENT = re.compile(r"<cell \d+\.\d+\.\d+>")     # room_program's name of a statement
+
+
+class _Stopped(AssertionError):
+    """The room's kernel is gone (its guard stopped it, or the student's code killed it)."""
+
+
+class RoomLink(KernelLink):
+    """A KernelLink to the room: a call that fails there for want of a hidden module, or that the
+    room's guard stopped, fails with the rule's hint (the function needs what the exercise forbids)."""
+
+    def __init__(self, client, rules: dict, room=None):
         super().__init__(client)
-        self.rules = rules
+        self.rules, self.room = rules, room
+
+    def request(self, req, what: str, limit=None):
+        try:
+            return super().request(req, what, limit)
+        except KernelGone:      # this test fails; the student's own kernel and the other tests go on
+            raise _Stopped(self.room.gone() if self.room is not None else "the room stopped") from None
 
     def call(self, fn, args, kwargs, watch=None, limit=None):
+        forbid, instead = self.rules.get(fn.__name__, ((), ""))
         try:
             return super().call(fn, args, kwargs, watch=watch, limit=limit)
+        except _Stopped as exc:
+            raise AssertionError(_rule_hint(fn.__name__, forbid or ("the library",), instead,
+                                            f"could not be run without ({exc})")) from None
         except Exception as exc:
-            forbid, instead = self.rules.get(fn.__name__, ((), ""))
             named = {m for m in forbid} | {repr(m.rsplit(".", 1)[-1]) for m in forbid}
             if isinstance(exc, NameError):
-                why = f"reads a name ({exc}) that could not be defined without"
+                said = self.room.refusals() if self.room is not None else ""
+                why = f"reads a name ({exc}) that could not be defined{said} without"
             elif any(n in str(exc) for n in named):
                 why = "needs"
             else:
@@ -184,6 +219,12 @@ class Room:
         self.sandbox, self.mode, self.cwd, self.env = sandbox, mode, cwd, env or {}
         self.link = None
         self.failed = ""          # why the room could not be set up ("" while it works)
+        self.stopped = ""         # why the room's guard stopped it (room_guard), once it has
+        self.skip = set()         # statements (room_program's names) the guard refused: left out
+        self.refused = []         # the guard's words for each
+        self.restarts = 0
+        self._one_by_one = False  # after a stop in the definitions: each statement a request of its own
+        self._stopped_at = ""
         self._stack = ExitStack()
         self._defined_at = None
 
@@ -202,12 +243,13 @@ class Room:
         return {n.id for n in free_loads(tree) if n.id in self.rules}
 
     def _start(self, limit: float) -> None:
-        ipc = self.job_dir / "room-ipc"
+        n = f"-{self.restarts}" if self.restarts else ""     # a room started again gets folders of its own
+        ipc = self.job_dir / f"room-ipc{n}"
         ipc.mkdir(exist_ok=True)
         km = SandboxKernelManager(kernel_name="python3", transport="ipc", ip=str(ipc / "kernel"),
                                   connection_file=str(ipc / "kernel.json"))
         km.kernel_spec.interrupt_mode = "message"
-        measure = self.job_dir / "room-measure"     # a measured call's arguments (KernelLink.measured_call)
+        measure = self.job_dir / f"room-measure{n}"     # a measured call's arguments (KernelLink.measured_call)
         measure.mkdir(mode=0o755, exist_ok=True)
         group = CpuGroup.create() if self.sandbox else None   # the room's CPU count (KernelLink.measured_call)
         if group is not None:
@@ -217,7 +259,7 @@ class Room:
             if uid is not None:
                 os.chown(ipc, uid, uid)
             km.owner_uid = uid
-            room_dir = self.job_dir / "room"
+            room_dir = self.job_dir / f"room{n}"
             room_dir.mkdir(exist_ok=True)
             # one thread: the CPU time a rule reads (mlexp.rules.work_grows) then counts the work, not
             # the spinning of idle worker threads
@@ -234,45 +276,130 @@ class Room:
         client = HarnessClient(nbformat.v4.new_notebook(), self.options, km=km)
         self._stack.enter_context(client.setup_kernel(env=self.env, cwd=str(cwd), stdout=subprocess.DEVNULL,
                                                       stderr=subprocess.DEVNULL))
-        self.link = RoomLink(client, self.rules)
+        self.link = RoomLink(client, self.rules, self)
         self.link.cpu_root = client.cpu_root = km.provisioner.pid
         self.link.cpu_group = group if group is not None and group.holds(km.provisioner.pid) else None
         self.link.measure_dir = (measure, f"{jail.SANDBOX_HOME}/{measure.name}" if self.sandbox else measure)
         self.link.install()
         if not self.sandbox:
             self.link.client.run_request(_BLOCKER.format(hide=self.hide), limit)
-        _reply, timed_out, error = self.link.client.run_request(guard_program(self.hide), limit)
+        # The libraries every ruled function reads, imported before the guard: its audit hook reads
+        # each text compiled after it, and torch's import compiles thousands (about 3 s of a room's start).
+        preload = [m for m in _PRELOAD if not any(m == h or m.startswith(h + ".") for h in self.hide)]
+        if preload:
+            _reply, timed_out, error = self.link.client.run_request(f"import {', '.join(preload)}", limit)
+            if timed_out or error:
+                raise RuntimeError(f"the room could not import {', '.join(preload)} ({error or 'timed out'})")
+        self.link.client.run_request(_NOT_DUMPABLE, limit)
+        self.stop_path = ipc / STOP_FILE
+        _reply, timed_out, error = self.link.client.run_request(
+            guard_program(self.hide, self.stop_path, strict=self.sandbox), limit)
         if timed_out or error:
             raise RuntimeError(f"the room's guard could not be set up ({error or 'timed out'})")
 
 
+    def _restart(self) -> None:
+        """Shut the room's kernel (stopped by its guard) so that the next use starts a fresh one."""
+        self._stack.close()
+        self._stack = ExitStack()
+        self.link, self._defined_at, self.stopped = None, None, ""
+        self.restarts += 1
+        if getattr(self, "stop_path", None) is not None:
+            self.stop_path.unlink(missing_ok=True)
+
     def prepare(self, before: int, limit: float) -> None:
         """Define the ruled names in the room as the notebook holds them when cell ``before``
-        (1-based) runs; on failure ``failed`` says why and the tests that need the room fail."""
-        if self.failed:
-            return
-        try:
-            if self.link is None:
-                self._start(limit)
-            program = room_program(self.nb, list(self.rules), before)
-            if program and self._defined_at != program:
-                _reply, timed_out, _error = self.link.client.run_request(program, limit)
-                if timed_out:
-                    self.failed = "defining the exercise's functions in the room ran past its time limit"
-                self._defined_at = program
-        except StudentTimeout:
-            self.failed = "the room did not answer in time"
-        except Exception as exc:      # the room never started: its tests fail, saying why
-            self.failed = f"the room could not be set up ({type(exc).__name__}: {exc})"[:300]
+        (1-based) runs; on failure ``failed`` says why and the tests that need the room fail.
+
+        A room its guard stopped during an earlier test is started afresh (each test is judged on
+        its own); one stopped while the definitions ran is started again without the statement
+        the guard refused (the function it defines then fails its test, saying why), up to
+        MAX_RESTARTS times a notebook."""
+        while not self.failed:
+            if self.stopped:
+                if self.restarts >= MAX_RESTARTS:
+                    self.failed = self.stopped
+                    return
+                self._restart()
+            try:
+                if self.link is None:
+                    self._start(limit)
+                statements = room_statements(self.nb, list(self.rules), before, self.skip)
+                program = "".join(code for _name, code in statements)
+                if program and self._defined_at != program:
+                    self._define(statements, limit)
+                    self._defined_at = program
+                return
+            except StudentTimeout:
+                self.failed = "the room did not answer in time"
+            except KernelGone:
+                why, where = self.gone(), self._stopped_at
+                if not where:             # stopped while a statement ran: find which, one by one
+                    if self._one_by_one:
+                        self.failed = why
+                        return
+                    self._one_by_one = True
+                    continue
+                if where in self.skip:
+                    self.failed = why
+                    return
+                self.skip.add(where)
+                self.refused.append(why)
+            except Exception as exc:      # the room never started: its tests fail, saying why
+                self.failed = f"the room could not be set up ({type(exc).__name__}: {exc})"[:300]
+
+    def _define(self, statements, limit) -> None:
+        """Send the definitions: as one request, or (``_one_by_one``) a request a statement, so
+        that a stop names the statement during which it came."""
+        batches = [statements] if not self._one_by_one else [[each] for each in statements]
+        for batch in batches:
+            try:
+                _reply, timed_out, _error = self.link.client.run_request("".join(c for _n, c in batch), limit)
+            except KernelGone:
+                if self._one_by_one and not self._stopped_at:
+                    self.gone()
+                    self._stopped_at = self._stopped_at or batch[0][0]
+                raise
+            if timed_out:
+                self.failed = "defining the exercise's functions in the room ran past its time limit"
+                return
+
+    def gone(self) -> str:
+        """After the room's kernel died: why, in its guard's words when the guard stopped it (the
+        file is read as a plain file only, never through a link the room's code could leave)."""
+        if not self.stopped:
+            self.stopped, self._stopped_at = "the room's kernel stopped", ""
+            try:
+                fd = os.open(self.stop_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except (OSError, AttributeError):
+                return self.stopped
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    lines = os.read(fd, 400).decode("utf-8", "replace").splitlines() + ["", ""]
+                    text = "".join(c for c in lines[0] if c.isprintable()).strip()
+                    self.stopped = text[:300] or self.stopped
+                    self._stopped_at = lines[1] if _STATEMENT.fullmatch(lines[1]) else ""
+            finally:
+                os.close(fd)
+        return self.stopped
 
     def lookup(self, name: str):
         """``name`` as the room holds it: a proxy whose calls run there. AssertionError with the
-        rule's hint when the room could not define it."""
+        rule's hint when the room could not define it, or its guard stopped it."""
         forbid, instead = self.rules[name]
+        if self.stopped:
+            raise AssertionError(_rule_hint(name, forbid, instead, f"could not be run without ({self.stopped})"))
         if self.failed:
             raise RuntimeError(f"the grader could not run {name} where {', '.join(forbid)} is absent: "
                                f"{self.failed}")
         try:
             return self.link.lookup(name)
+        except _Stopped as exc:
+            raise AssertionError(_rule_hint(name, forbid, instead, f"could not be run without ({exc})")) from None
         except KeyError:
-            raise AssertionError(_rule_hint(name, forbid, instead, "could not be defined without")) from None
+            raise AssertionError(_rule_hint(name, forbid, instead,
+                                            f"could not be defined{self.refusals()} without")) from None
+
+    def refusals(self) -> str:
+        """`` (the guard's words)`` for the statements it refused, or ""."""
+        return f" ({'; '.join(dict.fromkeys(self.refused))})" if self.refused else ""

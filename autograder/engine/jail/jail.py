@@ -28,10 +28,10 @@ import random
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 from autograder.engine.jail import seccomp
 from autograder.engine.jail.hide import hide_args, hidden_paths
+from autograder.engine.jail.pythons import python_dirs as _python_dirs, python_links as _python_links
 from autograder.engine.jail.seccomp import program_fd
 from autograder.options import GradingOptions
 
@@ -80,39 +80,6 @@ def _system_binds() -> list:
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
         args += ["--ro-bind-try", f, f]
     return args
-
-
-def _python_dirs(course_root, job_dir=None) -> list:
-    """Folders the kernel's Python needs, outermost first: installation, environment, extra
-    import paths (never the course root itself, nor a folder inside it other than a venv, nor
-    the grader's job folder (the restored notebook with its hidden tests, job.json), a folder
-    inside it or one holding it, nor the working folder, which ``python -m`` puts on
-    ``sys.path``), wherever TMPDIR puts them."""
-    dirs = [Path(sys.base_prefix), Path(sys.prefix)]
-    job = Path(job_dir).resolve() if job_dir else None
-    for p in sys.path:
-        if not p or not Path(p).is_dir():
-            continue
-        where = Path(p).resolve()
-        if where == Path.cwd().resolve() or job is not None and (where == job or job in where.parents):
-            continue   # the working folder (python -m puts it first) or the job folder: grader's
-        dirs.append(Path(p))
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        dirs.append(Path(sysconfig.get_paths()[key]))
-    keep = []
-    for d in sorted({d.resolve() for d in dirs}, key=lambda d: len(d.parts)):
-        if str(d).startswith("/usr/") or d == Path("/usr"):
-            continue   # already mounted
-        if any(d == k or k in d.parents for k in keep):
-            continue   # inside a folder already mounted
-        if course_root is not None and (d == course_root or d in course_root.parents):
-            continue   # the course root or one of its parents: never mounted whole
-        if course_root is not None and course_root in d.parents and d != Path(sys.prefix).resolve():
-            continue   # inside the course (its own package folders): only mlexp, below
-        if job is not None and (d == job or job in d.parents or d in job.parents):
-            continue   # the grader's job folder, a folder inside it, or one holding it
-        keep.append(d)
-    return keep
 
 
 def _mlexp_dir() -> Path:
@@ -166,6 +133,7 @@ def sandbox_command(*, ipc_dir: Path, job_dir: Path, data_files, options, course
     mounted = _python_dirs(course_root, job_dir)
     for d in mounted:
         args += ["--ro-bind", f"SRC:{d}", str(d)]
+    args += _python_links(mounted)
     args += ["--ro-bind", f"SRC:{_mlexp_dir()}", f"{COURSE_MOUNT}/mlexp"]
     args += hide_args(hide, job_dir, mounted, _mlexp_dir().parent, COURSE_MOUNT)
     env = kernel_env(options, mode)
