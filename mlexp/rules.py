@@ -18,6 +18,11 @@ reading its source:
 - :func:`write_it_yourself`, :func:`no_loop` and :func:`bounded` turn a broken rule into the test's
   ``AssertionError("Hint: this exercise asks you to write it yourself ...")``.
 
+In grading the watch decides no point (it runs in the student's process, which could tell it anything): for a
+grader's proxy, each finding but a call into a forbidden module is kept as a hint (:func:`watch_as_hints`), and a
+test fails on what the grader computed or measured itself (the results, :func:`work_grows`'s CPU time and memory,
+:func:`in_time`, the source); the student's own check fails at the finding, as it always did.
+
 The trace only says which watched functions ran, how many operations and lines ran, how many elements the
 largest tensor held and what escaped the watch; it never reports values, so it can be shown to a student as it
 is.
@@ -40,6 +45,7 @@ test does that as well.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import sys
 import threading
 import time
@@ -53,7 +59,7 @@ from .rules_sight import (_HANDOFF_BUILTINS, _elements, _entry_name, _Forbidden,
                           _Sources, _starters, _thread_clocks, _total)
 
 __all__ = ["Trace", "watching", "call", "write_it_yourself", "in_time", "no_loop", "bounded", "summed_work",
-           "work_grows", "digest", "RULE_HINT"]
+           "work_grows", "uses_argument", "watch_as_hints", "digest", "RULE_HINT"]
 
 RULE_HINT = "this exercise asks you to write it yourself"
 MAX_USED = 8
@@ -285,6 +291,46 @@ def _call(fn, args, kwargs, forbid, limit=None):
     return result, trace
 
 
+# What the watch found while a test cell ran in grading (see :func:`watch_as_hints`); None elsewhere.
+_WATCH_HINTS: contextvars.ContextVar = contextvars.ContextVar("mlexp_rules_watch_hints", default=None)
+
+
+def _watch_says(fn, hint: str) -> None:
+    """The watch found a broken rule, with ``hint``. In the student's own check (``fn`` a plain function) the
+    test fails with it. For a grader's proxy of a student function the watch ran inside the student's process,
+    which could have told it anything, so it decides no point: the hint is kept (:func:`watch_as_hints`) and names
+    the slip only if the test fails on what the grader measured itself (the results, the CPU time and memory the
+    operating system counted, the source)."""
+    if not callable(getattr(fn, "_watched_call", None)):
+        raise AssertionError(hint)
+    kept = _WATCH_HINTS.get()
+    if kept is not None and hint not in kept:
+        kept.append(hint)
+
+
+@contextlib.contextmanager
+def watch_as_hints():
+    """Run a graded test cell with the watch's findings kept as hints (:func:`_watch_says`); yields the list they
+    go to, in the order found. The grader (autograder.engine.testcell) gives a failed test the first of them as its
+    message, the hint the student's own check gives for the same slip."""
+    token = _WATCH_HINTS.set([])
+    try:
+        yield _WATCH_HINTS.get()
+    finally:
+        _WATCH_HINTS.reset(token)
+
+
+def uses_argument(fn, one, other, *, name: str, hint: str, forbid=()):
+    """``fn(*one)`` and ``fn(*other)``, two calls that differ only in the argument ``name``, watched: fails with
+    ``hint`` (the rule's, through :func:`_watch_says`) when both ran the same torch operations and lines with
+    tensors of the same sizes, the sign that ``name`` is ignored. Returns the two results."""
+    first, a = call(fn, *one, forbid=forbid)
+    second, b = call(fn, *other, forbid=forbid)
+    if (a.ops, a.lines, a.largest) == (b.ops, b.lines, b.largest):
+        _watch_says(fn, hint)
+    return first, second
+
+
 def _fresh_tensor(result, args) -> bool:
     import torch
     if not isinstance(result, torch.Tensor):
@@ -329,16 +375,19 @@ def in_time(fn, *args, seconds: float, too_slow: str, forbid, instead: str = "",
 
 def _refuse(fn, trace, forbid, instead, measured=False):
     """``measured``: the rule is judged on the counts or sizes, which work on numbers taken out of
-    torch escapes (``Trace.exported``)."""
+    torch escapes (``Trace.exported``). What took work out of the watch's sight is the watch's finding
+    (:func:`_watch_says`); a call into a forbidden module fails the test wherever it is seen (in grading
+    the call runs in a room where that module does not exist, autograder.engine.room, so it is seen
+    only in the student's own check and the grader's dry run)."""
     if measured and trace.exported:
-        raise AssertionError(f"Hint: the test could not measure the work of {_name(fn)}: it took a tensor's numbers out "
-                             f"of torch ({', '.join(trace.exported[:2])}), and the rule is checked by counting torch "
-                             "operations and the sizes of the tensors they make. Do the work with torch operations "
-                             "(printing a tensor, its shape or x.item() is fine).")
+        _watch_says(fn, f"Hint: the test could not measure the work of {_name(fn)}: it took a tensor's numbers out "
+                        f"of torch ({', '.join(trace.exported[:2])}), and the rule is checked by counting torch "
+                        "operations and the sizes of the tensors they make. Do the work with torch operations "
+                        "(printing a tensor, its shape or x.item() is fine).")
     if trace.escaped:
-        raise AssertionError(f"Hint: the test could not watch {_name(fn)} run: it {' and '.join(trace.escaped[:2])}. "
-                             "The exercise's rule is checked by watching the function do its work here, in the "
-                             "calling thread: write it as plain code that computes its result itself.")
+        _watch_says(fn, f"Hint: the test could not watch {_name(fn)} run: it {' and '.join(trace.escaped[:2])}. "
+                        "The exercise's rule is checked by watching the function do its work here, in the "
+                        "calling thread: write it as plain code that computes its result itself.")
     if trace.used:
         raise AssertionError(f"Hint: {RULE_HINT}: {_name(fn)} called {', '.join(trace.used[:3])}. "
                              + (instead or f"Write it without {', '.join(forbid)}") + "; the library "
@@ -364,7 +413,7 @@ def no_loop(fn, make_args, *, over: str = "t", lengths=(8, 32), forbid=(), inste
     extra = max(1, (lengths[-1] - lengths[0]) // 2)
     if last.ops > first.ops or last.lines - first.lines >= extra:
         grew = "torch operations" if last.ops > first.ops else "lines of Python"
-        raise AssertionError(f"Hint: {RULE_HINT} without a Python loop over {over}: {_name(fn)} runs "
+        _watch_says(fn, f"Hint: {RULE_HINT} without a Python loop over {over}: {_name(fn)} runs "
                              f"more {grew} the longer the sequence (a loop over {over}). "
                              + (instead or "Use whole-tensor operations over the sequence") + ".")
     return results
@@ -382,7 +431,7 @@ def bounded(fn, *args, limit: int, bound: str, forbid=(), instead: str = "", **k
     result, trace = call(fn, *args, forbid=forbid, **kwargs)
     _refuse(fn, trace, forbid, "", measured=True)
     if trace.largest > limit:
-        raise AssertionError(f"Hint: {RULE_HINT} with no tensor larger than {bound}: {_name(fn)} made "
+        _watch_says(fn, f"Hint: {RULE_HINT} with no tensor larger than {bound}: {_name(fn)} made "
                              f"one of {trace.largest:,} numbers, more than the {limit:,} that allows. "
                              + (instead or "Keep every tensor within that bound") + ".")
     return result
@@ -405,11 +454,11 @@ def summed_work(fn, make_args, *, lengths, limit, grows: str, over: str, forbid=
     short, long = counts[0], counts[-1]
     ratio = lengths[-1] / lengths[0]
     if short and long > 1.5 * ratio * short:
-        raise AssertionError(f"Hint: {RULE_HINT} with work that grows like the sequence: from T = {lengths[0]} to "
+        _watch_says(fn, f"Hint: {RULE_HINT} with work that grows like the sequence: from T = {lengths[0]} to "
                              f"T = {lengths[-1]} the elements your products and sums return grew {long / short:.1f}x "
                              f"({short:,} to {long:,}), not about {ratio:g}x. {grows}.")
     if long > limit:
-        raise AssertionError(f"Hint: {RULE_HINT} with no more work than the chunkwise form: at T = {lengths[-1]} "
+        _watch_says(fn, f"Hint: {RULE_HINT} with no more work than the chunkwise form: at T = {lengths[-1]} "
                              f"{_name(fn)}'s products, sums and scans returned {long:,} numbers in all, more than "
                              f"the {limit:,} allowed. {over}.")
     return result

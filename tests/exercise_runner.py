@@ -36,8 +36,10 @@ import nbformat  # noqa: E402
 import torch  # noqa: E402
 
 from autograder.cells import is_solution, is_test_cell, nbgrader_meta  # noqa: E402
+from autograder.engine.audit import audit_notebook  # noqa: E402
 from autograder.engine.calls import StudentNamespace  # noqa: E402
 from autograder.engine.dryrun import LocalLink  # noqa: E402
+from mlexp import rules  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_CELL = "course-setup"
@@ -147,14 +149,15 @@ def run_test_cell(source: str, ns: dict, name: str, points: float = None) -> Out
     tree = ast.parse(source)
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     printed = io.StringIO()
+    said = []
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), rules.watch_as_hints() as said:
             exec(compile(tree, f"<{name}>", "exec"), ns)
             value = None if last is None else eval(compile(ast.Expression(last.value), f"<{name}>", "eval"), ns)
     except AssertionError as exc:
-        return Outcome("fail", str(exc))
+        return Outcome("fail", said[0] if said else str(exc))
     except Exception as exc:   # a test cell must turn every mistake into a hint, never crash
-        return Outcome("error", f"{type(exc).__name__}: {exc}")
+        return Outcome("fail", said[0]) if said else Outcome("error", f"{type(exc).__name__}: {exc}")
     if points is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value < points:
         hints = [ln.strip() for ln in printed.getvalue().splitlines() if ln.strip().startswith("Hint:")]
         return Outcome("partial", " ".join(hints), max(float(value), 0.0))
@@ -223,7 +226,30 @@ def run_lesson(lesson: str, answers: dict | None = None, *, mode: str = "grader"
                                                         grade_meta(cell).get("points"))
                 if key is not None:
                     _SHARED[key] = run.outcomes[gid, part], run.violations[already:]
+    if mode == "grader":
+        _source_verdicts(lesson, sources, run)
     return run
+
+
+def _source_verdicts(lesson: str, sources: dict, run: LessonRun) -> None:
+    """What the grader reads from the notebook's source before anything runs (autograder.engine.audit,
+    as the sandbox applies it): a test whose rule the source breaks (a forbidden module reached, a loop
+    certain to run over the sequence) fails with the rule's hint, whatever its run said. In grading the
+    watch in the student's process decides no point (mlexp.rules.watch_as_hints), so these are the
+    rules' verdicts there, with the OS-measured bounds the test cells read themselves."""
+    nb = solution_notebook(lesson)
+    lesson_code = [c.source for c in nb.cells if c.cell_type == "code" and not is_answer(c) and not is_test(c)]
+    for cell in nb.cells:
+        if is_answer(cell):
+            cell.source = sources[grade_meta(cell)["grade_id"]]
+        elif is_test(cell):
+            cell.source = visible_part(cell.source)
+    audit = audit_notebook(nb, lesson_code)
+    for (gid, part), outcome in list(run.outcomes.items()):
+        hint = audit.forbidden.get(gid) or audit.loops.get(gid)
+        if hint and outcome.status in ("pass", "partial"):
+            run.outcomes[gid, part] = Outcome("fail", hint)
+
 
 
 _SHARED = {}    # run_lesson(share=True): {(lesson, mode, test source, inputs_of_test): (Outcome, violations)}

@@ -76,6 +76,64 @@ def test_a_proxy_that_sends_no_trace_fails_with_a_hint():
         rules.call(Proxy(), forbid=("mlexp.ops",))
 
 
+class WatchedHere:
+    """A grader's proxy of a student function as mlexp.rules sees it (it has ``_watched_call``), watched in
+    this process: what a kernel would send back."""
+
+    def __init__(self, fn):
+        self.fn, self.__name__ = fn, fn.__name__
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def _watched_call(self, args, kwargs, forbid, limit=None):
+        with rules.watching(forbid) as trace:
+            result = self.fn(*args, **kwargs)
+        return result, trace.as_dict()
+
+
+def test_in_grading_the_watch_decides_no_point_and_its_hint_names_a_later_failure():
+    """For a grader's proxy a finding of the watch (a loop, a size, an argument ignored, work out of its sight)
+    does not fail the test: it is kept (watch_as_hints) for the message of a later failure. A call into a
+    forbidden module still fails (in grading it runs where that module does not exist). A plain function, the
+    student's own check, fails at the finding as before."""
+    ignores = lambda q, k, v, C: own(q, k, v)      # noqa: E731 (chunk size ignored)
+    ignores.__name__ = "ignores"
+    with rules.watch_as_hints() as said:
+        assert len(rules.no_loop(WatchedHere(loop), inputs)) == 2
+        rules.bounded(WatchedHere(whole_square), *inputs(256), 8, limit=100, bound="100 numbers")
+        rules.uses_argument(WatchedHere(ignores), (*inputs(8), 2), (*inputs(8), 4), name="C", hint="Hint: C unused.")
+        rules.uses_argument(WatchedHere(in_chunks), (*inputs(16), 2), (*inputs(16), 8), name="C", hint="Hint: never")
+        with pytest.raises(AssertionError, match="called mlexp.ops.linear_attention"):
+            rules.write_it_yourself(WatchedHere(library), *inputs(4), forbid=("mlexp.ops",))
+    assert [h.split(":")[1].strip()[:30] for h in said] == ["this exercise asks you to writ"] * 2 + ["C unused."]
+    assert "loop over t" in said[0] and "100 numbers" in said[1]
+    rules.no_loop(WatchedHere(loop), inputs)       # outside a graded test cell: nothing kept, nothing raised
+    with pytest.raises(AssertionError, match="without a Python loop over t"):
+        rules.no_loop(loop, inputs)
+    with pytest.raises(AssertionError, match="^Hint: C unused.$"):
+        rules.uses_argument(ignores, (*inputs(8), 2), (*inputs(8), 4), name="C", hint="Hint: C unused.")
+
+
+def test_a_failed_graded_test_cell_gives_the_watchs_hint():
+    """autograder.engine.testcell: a test that fails after the watch named a slip shows that hint (the student's
+    own check gives the same); one that passes is not failed by the watch."""
+    from types import SimpleNamespace
+    import nbformat
+    from autograder.engine.dryrun import LocalLink
+    from autograder.engine.testcell import run_test
+    link = LocalLink({"f": loop, "__name__": "__main__"})
+    options = SimpleNamespace(cell_output_kb=64, timeout=60)
+    for tail, passes in (("", True), ("assert False, 'Hint: measured too slow'", False)):
+        cell = nbformat.v4.new_code_cell("from mlexp import rules\nimport torch\n"
+                                         "def make(T):\n    return tuple(torch.rand(1, 2, T, 4) + 0.1 for _ in range(3))\n"
+                                         "rules.no_loop(f, make)\n" + tail,
+                                         metadata={"nbgrader": {"grade_id": "t", "grade": True, "points": 1}})
+        run_test(cell, link, options, 60)
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+        assert (not errors) if passes else "without a Python loop over t" in errors[0]["evalue"], cell.outputs
+
+
 def test_a_library_dataclass_built_on_the_way_is_not_named_only_the_function():
     from mlexp.capstone import Design, memory_bytes
 

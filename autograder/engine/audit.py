@@ -54,7 +54,7 @@ from autograder.engine.rule_args import rule_calls
 
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 
-RULES = ("write_it_yourself", "in_time", "no_loop", "bounded", "summed_work", "call")
+RULES = ("write_it_yourself", "in_time", "no_loop", "bounded", "summed_work", "uses_argument", "call")
 RULE_HINT = "this exercise asks you to write it yourself"      # as mlexp.rules says it
 @dataclass
 class Audit:

@@ -13,6 +13,7 @@ from autograder.engine import partial
 from autograder.engine.calls import StudentNamespace
 from autograder.cells import nbgrader_meta
 from autograder.engine.cputime import Budget
+from mlexp import rules
 from autograder.engine.notebook_client import (TIMEOUT_ENAME, WATCH_S, KernelGone, StudentTimeout, _error,
                                                _timeout_text)
 
@@ -87,6 +88,7 @@ def run_test(cell, link, options, limit, show_call_output=False, room=None) -> s
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     out = _Capped(options.cell_output_kb * 1024)
     error, result, review = None, None, ""
+    said = []          # what the watch found (mlexp.rules.watch_as_hints)
     links = [link] + ([room.link] if room is not None and room.link is not None else [])
     budget = Budget(limit, getattr(link.client, "threads", 1))
     for each in links:
@@ -99,7 +101,7 @@ def run_test(cell, link, options, limit, show_call_output=False, room=None) -> s
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) \
             and not partial.ends_silenced(source, tree.body[-1]) else None
         code = compile(tree, filename, "exec")
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), rules.watch_as_hints() as said, \
                 _alarm(links, budget, in_process=not hasattr(link.client, "threads")):
             exec(code, namespace)
             value = None if last is None else \
@@ -128,6 +130,8 @@ def run_test(cell, link, options, limit, show_call_output=False, room=None) -> s
     except BaseException as exc:   # the test failed: its exception is the verdict
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
         lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames)
+        if said:   # the watch named the slip on the way (it decides no point: mlexp.rules.watch_as_hints)
+            exc = AssertionError(said[0])
         lines += traceback.format_exception_only(type(exc), exc)
         error = _error(type(exc).__name__, str(exc), [ln.rstrip("\n") for ln in lines])
     finally:
