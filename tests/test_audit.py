@@ -452,3 +452,87 @@ def test_cells_are_numbered_as_the_student_sees_them(l01):
     n = next(i for i, c in enumerate(code_cells, start=1) if grade_id_of(c) == "recurrent_form")
     assert n != next(i for i, c in enumerate(nb.cells, start=1) if grade_id_of(c) == "recurrent_form")
     assert f"(your In [{n}])" in audit_notebook(nb, lesson_code(lesson)).forbidden["test_recurrent_form"]
+
+
+# Issue 51, item 7: the chunkwise exercises' rules the watch used to decide, read from the source instead. A small
+# notebook of one student cell and one test cell stating the lesson's two rules ("no loop over the tokens of a
+# chunk", chunk_size used).
+CHUNK_TEST = '''from mlexp import rules
+rules.no_loop(chunked, lambda n: (n,), over="the tokens of a chunk", lengths=(16, 64), forbid=("mlexp.ops",),
+              instead="Loop over the T / C chunks only")
+rules.uses_argument(chunked, (1, 4), (1, 64), name="chunk_size", forbid=("mlexp.ops",), instead="Split into chunks")
+'''
+CHUNK_HEAD = "import itertools, math, operator\nimport numpy as np\nimport torch\n\n"
+
+
+def _chunk_notebook(code):
+    test = new_code_cell(CHUNK_TEST, metadata={"nbgrader": {"grade": True, "solution": False, "locked": True,
+                                                            "grade_id": "test_chunked", "points": 3}})
+    return nbformat.v4.new_notebook(cells=[new_code_cell(CHUNK_HEAD + code), test])
+
+
+CHUNK_HONEST = {
+    "over the chunks": "    T = q.shape[2]\n    for start in range(0, T, chunk_size):\n        pass\n    return q",
+    "a count of chunks": "    T = q.shape[2]\n    return [q for c in range(math.ceil(T / chunk_size))]",
+    "chunk starts, reversed": "    starts = list(range(0, q.shape[2], chunk_size))\n"
+                              "    for i in reversed(range(len(starts))):\n        pass\n    return q",
+    "T // C chunks": "    B, H, T, D = q.shape\n    return [q for c in range(T // chunk_size)]",
+    "over the heads": "    for h in range(q.shape[1]):\n        pass\n    return q * chunk_size",
+    "chunk_size read through locals": "    return q * locals()['chunk_size']",
+}
+CHUNK_KWARGS = "def chunked(q, k, v, chunk_size, **kw):\n    return q"     # chunk_size may be read from kw
+CHUNK_LOOPED = {
+    "for over T": "    B, H, T, D = q.shape\n    for t in range(T):\n        pass\n    return q",
+    "for over a chunk's tokens": "    for s in range(0, q.shape[2], chunk_size):\n        Qc = q[:, :, s:s + chunk_size]\n"
+                                 "        for t in range(Qc.shape[2]):\n            pass\n    return q",
+    "map over numpy's moved axis": "    kn = k.numpy()\n    w = map(np.negative, np.moveaxis(kn, 2, 0)[..., None])\n"
+                                   "    return list(itertools.accumulate(w, operator.add)) and chunk_size",
+    "a transposed tensor iterated": "    return [x for x in q.transpose(0, 2)] and chunk_size",
+    "unbound along the tokens": "    return list(map(torch.neg, q.unbind(2))) and chunk_size",
+}
+
+
+@pytest.mark.parametrize("code", ["def chunked(q, k, v, chunk_size):\n" + b for b in CHUNK_HONEST.values()]
+                         + [CHUNK_KWARGS], ids=[*CHUNK_HONEST, "a **kwargs"])
+def test_a_loop_over_chunks_is_not_a_loop_over_tokens(code):
+    audit = audit_notebook(_chunk_notebook(code))
+    assert audit.loops == {} and audit.unused == {}, audit
+
+
+@pytest.mark.parametrize("body", list(CHUNK_LOOPED.values()), ids=list(CHUNK_LOOPED))
+def test_a_loop_certain_to_take_a_turn_per_token_fails_a_rule_over_a_chunks_tokens(body):
+    audit = audit_notebook(_chunk_notebook("def chunked(q, k, v, chunk_size):\n" + body))
+    hint = audit.loops.get("test_chunked", "")
+    assert hint.startswith("Hint: this exercise asks you to write it yourself without a Python loop over the tokens "
+                           "of a chunk: chunked loops over the tokens one at a time ("), audit
+    assert "your In [1], line " in hint and hint.endswith("Loop over the T / C chunks only.")
+
+
+def test_an_argument_never_read_fails_the_rule_that_it_is_used():
+    """uses_argument, read from the source: chunk_size never read (a fixed block of 128 instead) fails with the
+    rule's words; rebinding it first, as a default, still reads it."""
+    ignored = audit_notebook(_chunk_notebook("def chunked(q, k, v, chunk_size):\n    C = 128\n    return q[:, :, :C]"))
+    assert ignored.unused == {"test_chunked": "Hint: chunk_size is not used: chunked never reads its argument "
+                                              "chunk_size (your In [1], line 5). Split into chunks."}
+    read = audit_notebook(_chunk_notebook("def chunked(q, k, v, chunk_size):\n    C = chunk_size or 128\n    return q"))
+    assert read.unused == {}
+    executed = _chunk_notebook("def chunked(q, k, v, chunk_size):\n    return q")
+    executed.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="ok\n")]
+    apply_audit(executed, {}, ignored)
+    assert executed.cells[1].outputs[-1].evalue == ignored.unused["test_chunked"]
+
+
+def test_a_cell_that_scored_its_parts_keeps_them():
+    """A partial-credit test cell's parts each called the ruled function in the room, where the forbidden module is
+    absent: the part that needed it failed there, and the others keep their points (lesson 05's library used for
+    one count only: 2 of 3)."""
+    nb = _chunk_notebook("def chunked(q, k, v, chunk_size):\n    from mlexp.ops import linear_attention\n"
+                         "    return linear_attention(q, k, v)")
+    audit = audit_notebook(nb)
+    assert "test_chunked" in audit.forbidden
+    for value, kept in (("2", True), ("3", False)):
+        executed = copy.deepcopy(nb)
+        executed.cells[1].outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": value},
+                                                            execution_count=2)]
+        apply_audit(executed, {}, audit)
+        assert (executed.cells[1].outputs[-1].output_type == "execute_result") is kept, executed.cells[1].outputs

@@ -96,6 +96,8 @@ def test_names_the_cell_binds_to_constants_before_the_call_are_read(prelude, for
     (RULED.format(forbid="('mlexp.ops',)", instead="hint()"), "instead=hint()"),
     ("from mlexp import rules\nrules.write_it_yourself(mul, 2, 3, **options)\n", "its ** may hold forbid= or instead="),
     ("from mlexp import rules\nrules.no_loop(ns.mul, make, forbid=('mlexp.ops',))\n", "not a plain name"),
+    ("from mlexp import rules\nrules.uses_argument(f, (1, 2), (1, 3), forbid=(), instead='x')\n", "which argument"),
+    ("from mlexp import rules\nrules.uses_argument(f, (1, 2), (1, 3), name=arg, instead='x')\n", "name=arg"),
 ])
 def test_a_rule_that_cannot_be_read_is_said_never_skipped(source, said):
     problems = []
@@ -116,6 +118,12 @@ def test_a_rule_called_under_another_name_is_said(source, said):
     assert _rules_of(source, problems) == []
     [problem] = problems
     assert problem.startswith(said), problem
+
+
+def test_the_argument_a_rule_says_is_used_is_read():
+    source = ("from mlexp import rules\nC = 'chunk_size'\n"
+              "rules.uses_argument(f, (1, 4), (1, 64), name=C, forbid=('mlexp.ops',), instead='Split it')\n")
+    assert _rules_of(source) == [("f", ("mlexp.ops",), "Split it", "uses_argument", "chunk_size")]
 
 
 def test_calls_that_state_no_rule_are_not_problems():

@@ -15,9 +15,14 @@ before anything runs, for what only the source can tell, and for nothing else:
   files, never imported). Found: the test fails with the rule's hint, whatever the kernel said.
 - **A loop certain to run over the sequence** in the function a "no loop over t" rule names
   (``for t in range(T)`` with ``T = q.shape[2]``, a tensor unbound along the tokens:
-  :func:`autograder.engine.audit_code.sequence_loops`): that test fails with the rule's hint. A
-  loop over heads, the batch or a fixed range is never one; what the reading is not sure of is
-  the rule's watch's to judge.
+  :func:`autograder.engine.audit_loops.sequence_loops`), or, for a rule over a chunk's tokens, a
+  loop certain to take a turn per token (``range(start, end)``, ``map`` over
+  ``np.moveaxis(k, 2, 0)``): that test fails with the rule's hint. A loop over heads, the
+  batch, the chunks or a fixed range is never one; what the reading is not sure of is not
+  judged (the watch in the kernel only names a slip: mlexp.rules.watch_as_hints).
+- **An argument never read** that a ``uses_argument`` rule says the function must use
+  (``chunk_size``): the ``def`` has a parameter of that name and no line reads it (no
+  ``locals()``, ``vars()`` or frame either): that test fails with the rule's hint.
 - **The course library's own code run as the student's**: a library function pasted (renamed,
   its comments gone) into what a ruled function is made of, in code given to ``exec`` as text,
   or the library's source read with ``inspect.getsource`` (:mod:`autograder.engine.copies`):
@@ -46,8 +51,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from autograder.cells import grade_id_of, is_test_cell
-from autograder.engine.audit_code import code_in_strings, dynamic_code, machinery_touched, sequence_loops
+from autograder.cells import grade_id_of, is_test_cell, nbgrader_meta
+from autograder.engine.audit_code import code_in_strings, dynamic_code, machinery_touched
+from autograder.engine.audit_loops import sequence_loops
 from autograder.engine.audit_names import FUNCTIONS, Bindings, closure, import_modules, attribute_paths, free_loads
 from autograder.engine.copies import copied_in_pieces, copied_library_code, library_source_read
 from autograder.engine.rule_args import rule_calls
@@ -55,17 +61,20 @@ from autograder.engine.rule_args import rule_calls
 __all__ = ["Audit", "audit_notebook", "lesson_key", "apply_audit", "RULES"]
 
 RULES = ("write_it_yourself", "in_time", "no_loop", "bounded", "summed_work", "uses_argument", "call")
+REFLECTIVE = {"locals", "vars", "eval", "exec", "f_locals", "currentframe", "_getframe"}   # reads a local by name
 RULE_HINT = "this exercise asks you to write it yourself"      # as mlexp.rules says it
 @dataclass
 class Audit:
     """What the source says: ``forbidden`` {test grade id: the hint its test fails with: a
     forbidden module reached}; ``loops`` {test grade id: the hint its test fails with: a loop
-    certain to run over the sequence}; ``copies`` [(cell, what, test grade id or "")] the
+    certain to run over the sequence}; ``unused`` {test grade id: the hint its test fails with: the
+    argument a ``uses_argument`` rule names is never read}; ``copies`` [(cell, what, test grade id or "")] the
     library's code run as the student's, and ``machinery`` [(cell, what)] the grader's own
     machinery touched, both held for review; ``dynamic`` [(cell, what)] what the reading could
     not follow (never held); ``read`` cells read. Cells are ``In [n]`` numbers."""
     forbidden: dict = field(default_factory=dict)
     loops: dict = field(default_factory=dict)
+    unused: dict = field(default_factory=dict)
     dynamic: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     machinery: list = field(default_factory=list)
@@ -291,11 +300,17 @@ def audit_notebook(nb, lesson_code=()) -> Audit:
             hint = _forbidden_use(fn, test_cell, forbid, instead, bindings, student_cells)
             if hint:
                 out.forbidden.setdefault(grade_id, hint)
-            if rule == "no_loop" and over == "t" and grade_id not in out.loops:
-                loop = _loop_in(fn, test_cell, bindings, student_cells)
+            if rule == "no_loop" and grade_id not in out.loops:
+                # over t: no loop over the sequence at all; over anything else (a chunk's tokens): a
+                # loop over chunks is the method, one that turns once per token is not
+                loop = _loop_in(fn, test_cell, bindings, student_cells, per_token=over != "t")
                 if loop:
-                    out.loops[grade_id] = (f"Hint: {RULE_HINT} without a Python loop over t: {loop}. "
+                    out.loops[grade_id] = (f"Hint: {RULE_HINT} without a Python loop over {over}: {loop}. "
                                            + (instead or "Use whole-tensor operations over the sequence") + ".")
+            if rule == "uses_argument" and grade_id not in out.unused:
+                never = _never_read(fn, over, test_cell, bindings, student_cells)
+                if never:
+                    out.unused[grade_id] = f"Hint: {over} is not used: {never}. " + (instead or f"Use {over}") + "."
     return out
 
 
@@ -304,17 +319,41 @@ def _closure(fn, test_cell, bindings: Bindings, student_cells):
     return closure([fn], test_cell, bindings, student_cells)
 
 
-def _loop_in(fn, test_cell, bindings: Bindings, student_cells) -> str:
+def _loop_in(fn, test_cell, bindings: Bindings, student_cells, per_token=False) -> str:
     """The first loop of ``fn``'s own ``def`` (as the test in ``test_cell`` finds it) that is
-    certain to run over the sequence, in words, or "" (:func:`sequence_loops`: never a loop over
-    heads, the batch or a fixed range, never a list it appends to)."""
+    certain to run over the sequence (``per_token``: a turn per token), in words, or ""
+    (:func:`sequence_loops`: never a loop over heads, the batch or a fixed range, never a list it
+    appends to)."""
     for b in bindings.at(fn, test_cell):
         if b.cell in student_cells and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                 and b.node.name == fn:
-            found = sequence_loops(b.node)
+            found = sequence_loops(b.node, per_token)
             if found:
                 line, what = found[0]
-                return f"{fn} loops over the sequence ({what}: your In [{b.cell}], line {line})"
+                how = "the tokens one at a time" if per_token else "the sequence"
+                return f"{fn} loops over {how} ({what}: your In [{b.cell}], line {line})"
+    return ""
+
+
+def _never_read(fn, argument, test_cell, bindings: Bindings, student_cells) -> str:
+    """In words, ``fn``'s own ``def`` (as the test in ``test_cell`` finds it) never reading its
+    parameter ``argument``, or "" when it reads it or the reading cannot be sure: no parameter of
+    that name, a ``**kwargs``, a name read through ``locals()``, ``vars()``, ``eval`` or a frame."""
+    for b in bindings.at(fn, test_cell):
+        node = b.node
+        if b.cell not in student_cells or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                or node.name != fn:
+            continue
+        params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+        if argument not in params or node.args.kwarg is not None:
+            return ""
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and (sub.id in REFLECTIVE or (sub.id == argument and
+                                                                       isinstance(sub.ctx, ast.Load))):
+                return ""
+            if isinstance(sub, ast.Attribute) and sub.attr in REFLECTIVE:
+                return ""
+        return f"{fn} never reads its argument {argument} (your In [{b.cell}], line {node.lineno})"
     return ""
 
 
@@ -381,11 +420,27 @@ def apply_audit(nb, report: dict, audit: Audit) -> None:
     for cell in nb.cells if nb is not None else ():
         if not is_test_cell(cell):
             continue
-        hint = audit.forbidden.get(grade_id_of(cell)) or audit.loops.get(grade_id_of(cell))
-        if not hint or any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+        grade_id = grade_id_of(cell)
+        hint = audit.forbidden.get(grade_id) or audit.loops.get(grade_id) or audit.unused.get(grade_id)
+        if not hint or any(o.get("output_type") == "error" for o in cell.get("outputs", [])) \
+                or _part_scored(cell):
             continue
         cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
         cell.outputs.append(nbformat.v4.new_output("error", ename="AssertionError", evalue=hint,
                                                    traceback=[f"AssertionError: {hint}"]))
     review = report.setdefault("review", [])
     review.extend(r for r in audit.reasons() if r not in review)
+
+
+def _part_scored(cell) -> bool:
+    """The test cell ended in a score below its points (autograder.engine.partial): it judged its parts
+    one by one, each call of a ruled function in the room where the forbidden modules are absent, so a
+    part that needed one already failed, and the parts that did not keep their points."""
+    points = nbgrader_meta(cell).get("points")
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "execute_result":
+            try:
+                return float(o.get("data", {}).get("text/plain", "")) < float(points)
+            except (TypeError, ValueError):
+                return False
+    return False

@@ -23,9 +23,9 @@ class Unread(Exception):
 def rule_calls(tree: ast.Module, rules, problems: list | None = None) -> list:
     """[(function name, forbid modules, instead, rule, over)] of each call of one of ``rules``
     (function names) in the parsed test cell ``tree`` (``over``: the ``over=`` of a ``no_loop``,
-    "t" when not given).
+    "t" when not given; for a ``uses_argument``, the ``name=`` of the argument it says is used).
 
-    A rule's ``forbid``, ``instead`` and ``over`` are read as the trusted side can evaluate them
+    A rule's ``forbid``, ``instead``, ``over`` and ``name`` are read as the trusted side can evaluate them
     without running the cell: literals, f-strings, tuples and arithmetic of those, and names the
     cell itself binds, once, at its top level (``X = ...`` or ``A, B = ..., ...``), to such a value
     before the statement that makes the call (a name the cell does not bind would be the
@@ -135,13 +135,14 @@ def rule_calls(tree: ast.Module, rules, problems: list | None = None) -> list:
         if name == "call" and "forbid" not in kw:
             continue               # rules.call without forbid states no rule (and other .call()s)
         call = f"{ast.unparse(f)}({ast.unparse(node.args[0]) if node.args else ''}, ...)"
-        needed = ("forbid",) + (("instead",) if name != "call" else ()) + (("over",) if name == "no_loop" else ())
+        needed = ("forbid",) + (("instead",) if name != "call" else ()) + (("over",) if name == "no_loop" else ()) \
+            + (("name",) if name == "uses_argument" else ())
         got, problem = {}, ""
         if not node.args or not isinstance(node.args[0], ast.Name):
             problem = "its function (the first argument) is not a plain name"
         elif spread and any(k not in kw for k in needed):
             problem = f"its ** may hold {' or '.join(k + '=' for k in needed if k not in kw)}"
-        for k in ("forbid", "instead", "over") if not problem else ():
+        for k in ("forbid", "instead", "over", "name") if not problem else ():
             if k in kw:
                 try:
                     got[k] = value(kw[k], statement_of.get(id(node), len(tree.body)))
@@ -151,14 +152,17 @@ def rule_calls(tree: ast.Module, rules, problems: list | None = None) -> list:
         forbid = got.get("forbid", ())
         if not problem and not (isinstance(forbid, (tuple, list)) and all(isinstance(m, str) for m in forbid)):
             problem = f"its forbid= is {forbid!r}, not a tuple of module names"
-        if not problem and not all(isinstance(got.get(k, ""), str) for k in ("instead", "over")):
-            problem = "its instead= or over= is not text"
+        if not problem and not all(isinstance(got.get(k, ""), str) for k in ("instead", "over", "name")):
+            problem = "its instead=, over= or name= is not text"
+        if not problem and name == "uses_argument" and not got.get("name"):
+            problem = "it does not say which argument (name=)"
         if problem:
             if problems is not None:
                 problems.append(f"the rule {call} cannot be read: {problem}")
             continue
-        if forbid or name == "no_loop":
-            found.append((node.args[0].id, tuple(forbid), got.get("instead", ""), name, got.get("over", "t")))
+        if forbid or name in ("no_loop", "uses_argument"):
+            found.append((node.args[0].id, tuple(forbid), got.get("instead", ""), name,
+                          got["name"] if name == "uses_argument" else got.get("over", "t")))
     return found
 
 
