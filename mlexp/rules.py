@@ -320,14 +320,17 @@ def watch_as_hints():
         _WATCH_HINTS.reset(token)
 
 
-def uses_argument(fn, one, other, *, name: str, hint: str, forbid=()):
-    """``fn(*one)`` and ``fn(*other)``, two calls that differ only in the argument ``name``, watched: fails with
-    ``hint`` (the rule's, through :func:`_watch_says`) when both ran the same torch operations and lines with
-    tensors of the same sizes, the sign that ``name`` is ignored. Returns the two results."""
+def uses_argument(fn, one, other, *, name: str, forbid=(), instead: str = ""):
+    """``fn(*one)`` and ``fn(*other)``, two calls that differ only in the argument ``name``, watched: fails with the
+    hint "``name`` is not used" and ``instead`` (through :func:`_watch_says`) when both ran the same torch operations
+    and lines with tensors of the same sizes, the sign that ``name`` is ignored. Returns the two results. In grading
+    the same rule is read from the source (autograder.engine.audit: a function that never reads its argument
+    ``name`` fails with the same words); the watch only names the slip."""
     first, a = call(fn, *one, forbid=forbid)
     second, b = call(fn, *other, forbid=forbid)
     if (a.ops, a.lines, a.largest) == (b.ops, b.lines, b.largest):
-        _watch_says(fn, hint)
+        _watch_says(fn, f"Hint: {name} is not used: {_name(fn)} ran the same torch operations and lines, with tensors "
+                        f"of the same sizes, whatever {name} was. " + (instead or f"Use {name}") + ".")
     return first, second
 
 

@@ -234,9 +234,10 @@ def run_lesson(lesson: str, answers: dict | None = None, *, mode: str = "grader"
 def _source_verdicts(lesson: str, sources: dict, run: LessonRun) -> None:
     """What the grader reads from the notebook's source before anything runs (autograder.engine.audit,
     as the sandbox applies it): a test whose rule the source breaks (a forbidden module reached, a loop
-    certain to run over the sequence) fails with the rule's hint, whatever its run said. In grading the
-    watch in the student's process decides no point (mlexp.rules.watch_as_hints), so these are the
-    rules' verdicts there, with the OS-measured bounds the test cells read themselves."""
+    certain to run over the sequence, an argument it must use never read) fails with the rule's hint,
+    whatever its run said. In grading the watch in the student's process decides no point
+    (mlexp.rules.watch_as_hints), so these are the rules' verdicts there, with the OS-measured bounds
+    the test cells read themselves."""
     nb = solution_notebook(lesson)
     lesson_code = [c.source for c in nb.cells if c.cell_type == "code" and not is_answer(c) and not is_test(c)]
     for cell in nb.cells:
@@ -246,8 +247,8 @@ def _source_verdicts(lesson: str, sources: dict, run: LessonRun) -> None:
             cell.source = visible_part(cell.source)
     audit = audit_notebook(nb, lesson_code)
     for (gid, part), outcome in list(run.outcomes.items()):
-        hint = audit.forbidden.get(gid) or audit.loops.get(gid)
-        if hint and outcome.status in ("pass", "partial"):
+        hint = audit.forbidden.get(gid) or audit.loops.get(gid) or audit.unused.get(gid)
+        if hint and outcome.status == "pass":      # a part-scored cell keeps its parts (audit._part_scored)
             run.outcomes[gid, part] = Outcome("fail", hint)
 
 

@@ -66,6 +66,12 @@ class Case:
         return f"{self.lesson[:2]}-{self.test}-{self.name}"
 
 
+def _either(hint) -> tuple:
+    """A case's hint, or the hints of which the message must hold one (a tuple: where two measures both fail the
+    answer and which one reports first is not the answer's doing)."""
+    return hint if isinstance(hint, tuple) else (hint,)
+
+
 ECHO = re.compile(r"(\b(got|returned|answered|gave)|=)\s*'?[\[(]?[-\d.,_ e]*[\])]?'?")
 
 
@@ -84,7 +90,7 @@ def check_outcome(outcome, hint, where, lesson=None, answers=None, partial=None)
             assert (outcome.status, outcome.score) == ("partial", partial), \
                 f"{where}: expected {partial:g} points (partial credit) and a hint with {hint!r}, got {outcome}"
         assert outcome.message.startswith("Hint:"), f"{where}: {outcome}"
-        assert hint in outcome.message, f"{where}: expected {hint!r}, got {outcome.message!r}"
+        assert any(h in outcome.message for h in _either(hint)), f"{where}: expected {hint!r}, got {outcome.message!r}"
         if lesson is not None:
             typed = "\n".join((answers or {}).values())
             said = ECHO.sub(" ", outcome.message)          # the student's own value, as the hint echoes it
@@ -796,9 +802,17 @@ CASES += [
     l03_chunk("chunks, but the T x T scores computed first", ("out = []", "full = q @ k.transpose(-1, -2)              # (B, H, T, T)\n    out = []"),
               (CHUNK_MASK, "scores = full[:, :, start:start + chunk_size, start:start + chunk_size].tril()"), hint=CHUNK_BOUND),
     l03_chunk("chunks, but a T x T mask sliced per chunk", source=CHUNK_FULL_MASK, hint=CHUNK_BOUND),
+    # the chunkwise form itself, at a fixed 64 whatever chunk_size is: only the argument's use tells
+    l03_chunk("chunks of a fixed 64 tokens, chunk_size never read", (CHUNK_LOOP, "for start in range(0, T, 64):"),
+              ("start:start + chunk_size", "start:start + 64"), hint="chunk_size is not used", slow=True),
     l03_chunk("whole T x T product in numpy", source=CHUNK_NUMPY_SQUARE, hint=CHUNK_EXPORT),
     l03_chunk("per-token scan in numpy", source=CHUNK_NUMPY_SCAN, hint=CHUNK_EXPORT),
-    l03_chunk("token loop in numpy, run by itertools", source=CHUNK_NUMPY_ACCUMULATE, hint=CHUNK_EXPORT),
+    # the student's own check names what the watch saw; in grading the source reading fails it (a map over the tokens),
+    # and so may its CPU time, which sits near the 8x of the course's form: then the watch's words come first
+    replace(l03_chunk("token loop in numpy, run by itertools", source=CHUNK_NUMPY_ACCUMULATE, hint=CHUNK_EXPORT),
+            modes=("self",)),
+    replace(l03_chunk("token loop in numpy, run by itertools, graded", source=CHUNK_NUMPY_ACCUMULATE,
+                      hint=("loops over the tokens one at a time", CHUNK_EXPORT)), modes=("grader",)),
     l03_chunk("token loop with function handling off inside one line", source=CHUNK_ONE_LINE_DISABLED, hint=CHUNK_WATCH),
     l03_chunk("mlexp.ops loaded again under another name", source=CHUNK_OPS_RENAMED, hint=CHUNK_LIBRARY),
     l03_chunk("vmap over batch and heads", source=CHUNK_VMAP, slow=True),
@@ -1580,7 +1594,7 @@ FORM_HINTS = {
                            "multiply by bytes_per_number"),
 }
 CASES = [replace(c, hidden_only=True) if c.hint is not None and (c.lesson, c.test) in FORM_HINTS
-         and not any(h in c.hint for h in FORM_HINTS[c.lesson, c.test]) else c for c in CASES]
+         and not any(h in x for h in FORM_HINTS[c.lesson, c.test] for x in _either(c.hint)) else c for c in CASES]
 
 
 # ------------------------------------------------------------------------------ the tests
@@ -1766,7 +1780,10 @@ def _slip_hints(source: str) -> list:
         if isinstance(node, ast.Assert) and node.msg is not None and negative(node.test):
             found.append(text(node.msg))
         elif isinstance(node, ast.Call):
-            found += [text(kw.value) for kw in node.keywords if kw.arg == "instead"]
+            # rules.uses_argument says "<name> is not used: ..." before its instead= (mlexp.rules)
+            said = "".join(f"{text(kw.value)} is not used: " for kw in node.keywords if kw.arg == "name"
+                           and getattr(node.func, "attr", "") == "uses_argument")
+            found += [said + (text(kw.value) or "") for kw in node.keywords if kw.arg == "instead"]
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
                 getattr(t, "id", "") in ("slips", "recognised") for t in node.targets):
             for value in node.value.values:

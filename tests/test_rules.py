@@ -102,17 +102,17 @@ def test_in_grading_the_watch_decides_no_point_and_its_hint_names_a_later_failur
     with rules.watch_as_hints() as said:
         assert len(rules.no_loop(WatchedHere(loop), inputs)) == 2
         rules.bounded(WatchedHere(whole_square), *inputs(256), 8, limit=100, bound="100 numbers")
-        rules.uses_argument(WatchedHere(ignores), (*inputs(8), 2), (*inputs(8), 4), name="C", hint="Hint: C unused.")
-        rules.uses_argument(WatchedHere(in_chunks), (*inputs(16), 2), (*inputs(16), 8), name="C", hint="Hint: never")
+        rules.uses_argument(WatchedHere(ignores), (*inputs(8), 2), (*inputs(8), 4), name="C", instead="Use C")
+        rules.uses_argument(WatchedHere(in_chunks), (*inputs(16), 2), (*inputs(16), 8), name="C", instead="never")
         with pytest.raises(AssertionError, match="called mlexp.ops.linear_attention"):
             rules.write_it_yourself(WatchedHere(library), *inputs(4), forbid=("mlexp.ops",))
-    assert [h.split(":")[1].strip()[:30] for h in said] == ["this exercise asks you to writ"] * 2 + ["C unused."]
+    assert [h.split(":")[1].strip()[:30] for h in said] == ["this exercise asks you to writ"] * 2 + ["C is not used"]
     assert "loop over t" in said[0] and "100 numbers" in said[1]
     rules.no_loop(WatchedHere(loop), inputs)       # outside a graded test cell: nothing kept, nothing raised
     with pytest.raises(AssertionError, match="without a Python loop over t"):
         rules.no_loop(loop, inputs)
-    with pytest.raises(AssertionError, match="^Hint: C unused.$"):
-        rules.uses_argument(ignores, (*inputs(8), 2), (*inputs(8), 4), name="C", hint="Hint: C unused.")
+    with pytest.raises(AssertionError, match="^Hint: C is not used: ignores ran the same .* Use C.$"):
+        rules.uses_argument(ignores, (*inputs(8), 2), (*inputs(8), 4), name="C", instead="Use C")
 
 
 def test_a_failed_graded_test_cell_gives_the_watchs_hint():
