@@ -18,10 +18,11 @@ reading its source:
 - :func:`write_it_yourself`, :func:`no_loop` and :func:`bounded` turn a broken rule into the test's
   ``AssertionError("Hint: this exercise asks you to write it yourself ...")``.
 
-In grading the watch decides no point (it runs in the student's process, which could tell it anything): for a
-grader's proxy, each finding but a call into a forbidden module is kept as a hint (:func:`watch_as_hints`), and a
-test fails on what the grader computed or measured itself (the results, :func:`work_grows`'s CPU time and memory,
-:func:`in_time`, the source); the student's own check fails at the finding, as it always did.
+In grading the watch should decide no point (it runs in the student's process, which could tell it anything): for
+a grader's proxy, each finding but a call into a forbidden module is then kept as a hint (:func:`watch_as_hints`),
+and a test fails on what the grader computed or measured itself (the results, :func:`work_grows`'s CPU time and
+memory, :func:`in_time`, the source); the student's own check fails at the finding, as it always did. That is
+built and switched off (:data:`WATCH_DECIDES`) until its cost is met.
 
 The trace only says which watched functions ran, how many operations and lines ran, how many elements the
 largest tensor held and what escaped the watch; it never reports values, so it can be shown to a student as it
@@ -63,6 +64,11 @@ __all__ = ["Trace", "watching", "call", "write_it_yourself", "in_time", "no_loop
 
 RULE_HINT = "this exercise asks you to write it yourself"
 MAX_USED = 8
+# Whether the watch's findings fail a graded test (issue 51, item 7: they should not, :func:`_watch_says`). Still
+# True: with the findings kept as hints, a wrong chunkwise answer (a T x T product, a state per token) runs on
+# through every costly measure of lesson 03's test cell, 20-80 s of grading each instead of 1-3, and may reach
+# the cell's time limit; the measures that would decide instead must first be made cheap.
+WATCH_DECIDES = True
 IDLE_CPU_S = 0.0002     # CPU seconds another thread may use during a watched call (a pool's idle wake-ups)
 # Operations that sum over an axis (products, reductions, scans): what they return is counted in Trace.summed.
 SUMMING = frozenset({"matmul", "__matmul__", "__rmatmul__", "__imatmul__", "mm", "bmm", "mv", "dot", "vdot", "inner",
@@ -300,8 +306,8 @@ def _watch_says(fn, hint: str) -> None:
     test fails with it. For a grader's proxy of a student function the watch ran inside the student's process,
     which could have told it anything, so it decides no point: the hint is kept (:func:`watch_as_hints`) and names
     the slip only if the test fails on what the grader measured itself (the results, the CPU time and memory the
-    operating system counted, the source)."""
-    if not callable(getattr(fn, "_watched_call", None)):
+    operating system counted, the source). While :data:`WATCH_DECIDES` is set, the test fails with it there too."""
+    if WATCH_DECIDES or not callable(getattr(fn, "_watched_call", None)):
         raise AssertionError(hint)
     kept = _WATCH_HINTS.get()
     if kept is not None and hint not in kept:

@@ -92,11 +92,12 @@ class WatchedHere:
         return result, trace.as_dict()
 
 
-def test_in_grading_the_watch_decides_no_point_and_its_hint_names_a_later_failure():
-    """For a grader's proxy a finding of the watch (a loop, a size, an argument ignored, work out of its sight)
-    does not fail the test: it is kept (watch_as_hints) for the message of a later failure. A call into a
-    forbidden module still fails (in grading it runs where that module does not exist). A plain function, the
-    student's own check, fails at the finding as before."""
+def test_in_grading_the_watch_decides_no_point_and_its_hint_names_a_later_failure(monkeypatch):
+    """With WATCH_DECIDES off (issue 51, item 7), for a grader's proxy a finding of the watch (a loop, a size, an
+    argument ignored, work out of its sight) does not fail the test: it is kept (watch_as_hints) for the message
+    of a later failure. A call into a forbidden module still fails (in grading it runs where that module does not
+    exist). A plain function, the student's own check, fails at the finding as before."""
+    monkeypatch.setattr(rules, "WATCH_DECIDES", False)
     ignores = lambda q, k, v, C: own(q, k, v)      # noqa: E731 (chunk size ignored)
     ignores.__name__ = "ignores"
     with rules.watch_as_hints() as said:
@@ -115,9 +116,19 @@ def test_in_grading_the_watch_decides_no_point_and_its_hint_names_a_later_failur
         rules.uses_argument(ignores, (*inputs(8), 2), (*inputs(8), 4), name="C", instead="Use C")
 
 
-def test_a_failed_graded_test_cell_gives_the_watchs_hint():
+def test_while_the_watch_decides_a_proxys_finding_fails_the_test():
+    """WATCH_DECIDES (on until item 7's cost is met): a grader's proxy fails at the watch's finding, as the student's
+    own check does."""
+    assert rules.WATCH_DECIDES
+    with rules.watch_as_hints() as said, pytest.raises(AssertionError, match="without a Python loop over t"):
+        rules.no_loop(WatchedHere(loop), inputs)
+    assert said == []
+
+
+def test_a_failed_graded_test_cell_gives_the_watchs_hint(monkeypatch):
     """autograder.engine.testcell: a test that fails after the watch named a slip shows that hint (the student's
-    own check gives the same); one that passes is not failed by the watch."""
+    own check gives the same); one that passes is not failed by the watch (with WATCH_DECIDES off)."""
+    monkeypatch.setattr(rules, "WATCH_DECIDES", False)
     from types import SimpleNamespace
     import nbformat
     from autograder.engine.dryrun import LocalLink

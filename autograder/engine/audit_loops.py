@@ -21,7 +21,8 @@ TENSOR_ARGS = 3         # the first three arguments of a ruled kernel are (B, H,
 
 
 KEEPS = {"float", "double", "half", "to", "type", "contiguous", "clone", "detach", "cpu", "numpy",
-         "requires_grad_"}                              # methods that give the same tensor's dimensions
+         "requires_grad_", "tril", "triu", "exp", "abs", "neg", "sigmoid", "softmax", "masked_fill", "clamp",
+         "relu", "sqrt", "square"}                      # methods that give the same tensor's dimensions
 ARRAYS = {"asarray", "array", "ascontiguousarray", "as_tensor", "tensor", "from_numpy"}
 MODULES = {"np", "numpy", "torch"}
 
@@ -88,8 +89,8 @@ class _Substituted:
 def _trusted(fn, params) -> set:
     """The names of ``fn`` that certainly hold one of its (B, H, T, ...) tensor parameters
     ``params`` (dimension 2 the tokens, or a slice of them): the parameters, and names bound only
-    to such a tensor cast, copied, converted to numpy or sliced (``q.double()``, ``k.numpy()``,
-    ``q[:, :, s:e]``, ``x * scale``), in any number of steps. A name also bound to anything else
+    to such a tensor cast, copied, converted to numpy, sliced or multiplied on the right (``q.double()``,
+    ``k.numpy()``, ``q[:, :, s:e]``, ``x * scale``, ``q @ k.transpose(-1, -2)``), in any number of steps. A name also bound to anything else
     (a reshape, a transpose, a loop target) is not."""
     bound = _bindings(fn)
     trusted = {p for p in params if p not in bound}
@@ -121,6 +122,8 @@ def _keeps(node, trusted, env=None) -> bool:
     if isinstance(node, ast.Subscript):
         index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         return _keeps(node.value, trusted, env) and all(isinstance(i, ast.Slice) for i in index)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):     # (B, H, T, D) @ (.., D, X): its T rows
+        return _keeps(node.left, trusted, env)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div, ast.Add, ast.Sub)):
         sides = (node.left, node.right)
         return any(_keeps(s, trusted, env) for s in sides) and \
