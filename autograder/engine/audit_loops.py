@@ -207,7 +207,7 @@ class _Sequence:
         (``np.moveaxis(x, 2, 0)``, ``x.transpose(0, 2)``, ``x.permute(2, ...)``, sliced on after
         it), ``zip``/``enumerate``/``reversed`` of one of those."""
         if isinstance(node, ast.Subscript) and _keeps_first(node.slice):
-            return self.over(node.value, per_token) or self.moved_first(node.value)
+            return self.over(node.value, per_token)
         if not isinstance(node, ast.Call):
             return False
         f = node.func
